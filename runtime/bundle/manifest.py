@@ -1,0 +1,323 @@
+"""The bundle manifest (``manifest.json``): what a policy takes, what it returns, how to run it.
+
+The format is documented in ``docs/bundle.md``. Parsing validates every field and names the file and
+the field in each error; writing produces the same structure back. Shapes are the program's own
+shapes (no implicit batch dimension), so what a client sends is exactly what the program takes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, get_args
+
+from runtime.errors import BundleError
+
+FORMAT_NAME: Final = "lerobot-runtime-bundle"
+FORMAT_VERSION: Final = 1
+MANIFEST_FILE: Final = "manifest.json"
+
+Device = Literal["CPU", "GPU", "NPU"]
+Precision = Literal["f32", "f16", "bf16"]
+InputRole = Literal["image", "state", "env", "other"]
+OutputRole = Literal["action", "other"]
+
+DEVICES: Final[tuple[str, ...]] = get_args(Device)
+PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
+DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool")
+
+# Parity tolerance (max absolute error vs the eager reference) by the precision the device really ran.
+DEFAULT_TOLERANCE: Final[Mapping[str, float]] = {"f32": 2e-5, "f16": 0.075, "bf16": 0.075}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str = "other"
+
+    @property
+    def nbytes(self) -> int:
+        import numpy as np
+
+        return int(np.dtype(self.dtype).itemsize * math.prod(self.shape))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "role": self.role}
+
+
+@dataclass(frozen=True)
+class ProgramEntry:
+    device: str
+    file: str
+    precision: str
+    sha256: str
+    # "full": one OpenVINO delegate from inputs to outputs (the direct openvino engine can run it);
+    # "partial": parts of the graph stay on ExecuTorch's portable kernels.
+    delegation: Literal["full", "partial"]
+    openvino_version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "precision": self.precision,
+            "sha256": self.sha256,
+            "delegation": self.delegation,
+            "openvino_version": self.openvino_version,
+        }
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    file: str
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class TestCaseEntry:
+    file: str
+    sha256: str
+    tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "tolerance": dict(self.tolerance)}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    policy_name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    action_output: str
+    chunk_length: int
+    action_names: tuple[str, ...]
+    control_rate_hz: float
+    programs: Mapping[str, ProgramEntry]
+    test_case: TestCaseEntry
+    portable_program: FileEntry | None = None
+    tools: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+    created_utc: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def action_spec(self) -> TensorSpec:
+        return next(o for o in self.outputs if o.name == self.action_output)
+
+    def input(self, name: str) -> TensorSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format": FORMAT_NAME,
+            "format_version": self.format_version,
+            "policy": {"name": self.policy_name, "description": self.description},
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
+            "action": {
+                "output": self.action_output,
+                "chunk_length": self.chunk_length,
+                "names": list(self.action_names),
+            },
+            "control_rate_hz": self.control_rate_hz,
+            "programs": {dev: p.to_json() for dev, p in self.programs.items()},
+            "test_case": self.test_case.to_json(),
+            "tools": dict(self.tools),
+            "created_utc": self.created_utc,
+        }
+        if self.portable_program is not None:
+            out["portable_program"] = self.portable_program.to_json()
+        return out
+
+    def write(self, directory: str | Path) -> Path:
+        path = Path(directory) / MANIFEST_FILE
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        return path
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to a JSON object that names ``file`` and the dotted field in each error."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, where: str, expected: str, got: Any) -> BundleError:
+        shown = "nothing" if got is _MISSING else f"{type(got).__name__} {got!r}"
+        return BundleError(f"{self.file}: field '{where}': expected {expected}, got {shown}")
+
+    def get(self, obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], expected: str) -> Any:
+        value = obj.get(key, _MISSING)
+        path = f"{where}.{key}" if where else key
+        if value is _MISSING or isinstance(value, bool) and bool not in _as_tuple(kind):
+            raise self.fail(path, expected, value)
+        if not isinstance(value, kind):
+            raise self.fail(path, expected, value)
+        return value
+
+    def opt(self, obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], expected: str, default: Any) -> Any:
+        if key not in obj:
+            return default
+        return self.get(obj, key, where, kind, expected)
+
+
+_MISSING: Final = object()
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _tensor_specs(r: _Reader, raw: Any, where: str, roles: tuple[str, ...]) -> tuple[TensorSpec, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise r.fail(where, "a non-empty list of tensors", raw)
+    specs: list[TensorSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise r.fail(at, "an object with name, dtype, shape, role", item)
+        name = r.get(item, "name", at, str, "a tensor name")
+        if not name or name in seen:
+            raise r.fail(f"{at}.name", "a unique, non-empty name", name)
+        seen.add(name)
+        dtype = r.get(item, "dtype", at, str, f"one of {', '.join(DTYPES)}")
+        if dtype not in DTYPES:
+            raise r.fail(f"{at}.dtype", f"one of {', '.join(DTYPES)}", dtype)
+        shape = r.get(item, "shape", at, list, "a list of positive integers")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            raise r.fail(f"{at}.shape", "a list of positive integers (static shapes)", shape)
+        role = r.opt(item, "role", at, str, f"one of {', '.join(roles)}", "other")
+        if role not in roles:
+            raise r.fail(f"{at}.role", f"one of {', '.join(roles)}", role)
+        specs.append(TensorSpec(name=name, dtype=dtype, shape=tuple(shape), role=role))
+    return tuple(specs)
+
+
+def _sha(r: _Reader, obj: Mapping[str, Any], where: str) -> str:
+    sha = r.get(obj, "sha256", where, str, "a 64-character hex sha256")
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise r.fail(f"{where}.sha256", "a 64-character lowercase hex sha256", sha)
+    return sha
+
+
+def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
+    """Validate a decoded ``manifest.json`` and build a :class:`Manifest`."""
+    r = _Reader(file)
+    if not isinstance(data, dict):
+        raise r.fail("(top level)", "a JSON object", data)
+    fmt = r.get(data, "format", "", str, f"'{FORMAT_NAME}'")
+    if fmt != FORMAT_NAME:
+        raise r.fail("format", f"'{FORMAT_NAME}'", fmt)
+    version = r.get(data, "format_version", "", int, f"format version {FORMAT_VERSION}")
+    if version != FORMAT_VERSION:
+        raise BundleError(
+            f"{file}: field 'format_version': this lerobot-runtime reads version {FORMAT_VERSION}, the bundle "
+            f"is version {version}; re-export the bundle or upgrade lerobot-runtime"
+        )
+    policy = r.get(data, "policy", "", dict, "an object with the policy's name")
+    name = r.get(policy, "name", "policy", str, "the policy name")
+    description = r.opt(policy, "description", "policy", str, "a string", "")
+    inputs = _tensor_specs(r, data.get("inputs", _MISSING), "inputs", get_args(InputRole))
+    outputs = _tensor_specs(r, data.get("outputs", _MISSING), "outputs", get_args(OutputRole))
+
+    action = r.get(data, "action", "", dict, "an object with output, chunk_length, names")
+    action_output = r.get(action, "output", "action", str, "the name of the action output")
+    by_name = {o.name: o for o in outputs}
+    if action_output not in by_name:
+        raise r.fail("action.output", f"one of the outputs ({', '.join(by_name)})", action_output)
+    chunk = r.get(action, "chunk_length", "action", int, "a positive integer")
+    names = r.get(action, "names", "action", list, "a list of joint names")
+    if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise r.fail("action.names", "a non-empty list of unique joint names", names)
+    aspec = by_name[action_output]
+    if aspec.shape != (chunk, len(names)):
+        raise r.fail(
+            f"outputs[{outputs.index(aspec)}].shape",
+            f"[chunk_length, len(action.names)] = [{chunk}, {len(names)}]",
+            list(aspec.shape),
+        )
+    rate = r.get(data, "control_rate_hz", "", (int, float), "a positive number of Hz")
+    if not rate > 0 or not math.isfinite(rate):
+        raise r.fail("control_rate_hz", "a positive number of Hz", rate)
+
+    progs_raw = r.get(data, "programs", "", dict, "an object mapping device to program")
+    if not progs_raw:
+        raise r.fail("programs", f"at least one program for one of {', '.join(DEVICES)}", progs_raw)
+    programs: dict[str, ProgramEntry] = {}
+    for dev, entry in progs_raw.items():
+        at = f"programs.{dev}"
+        if dev not in DEVICES:
+            raise r.fail("programs", f"device keys among {', '.join(DEVICES)}", dev)
+        if not isinstance(entry, dict):
+            raise r.fail(at, "an object with file, precision, sha256", entry)
+        pfile = r.get(entry, "file", at, str, "a .pte file name")
+        if not pfile.endswith(".pte"):
+            raise r.fail(f"{at}.file", "a file name ending in .pte", pfile)
+        precision = r.get(entry, "precision", at, str, f"one of {', '.join(PRECISIONS)}")
+        if precision not in PRECISIONS:
+            raise r.fail(f"{at}.precision", f"one of {', '.join(PRECISIONS)}", precision)
+        delegation = r.get(entry, "delegation", at, str, "'full' or 'partial'")
+        if delegation not in ("full", "partial"):
+            raise r.fail(f"{at}.delegation", "'full' or 'partial'", delegation)
+        ov_version = r.opt(entry, "openvino_version", at, str, "a version string", "")
+        programs[dev] = ProgramEntry(dev, pfile, precision, _sha(r, entry, at), delegation, ov_version)
+
+    tc = r.get(data, "test_case", "", dict, "an object with file, sha256, tolerance")
+    tc_file = r.get(tc, "file", "test_case", str, "an .npz file name")
+    tol_raw = r.opt(tc, "tolerance", "test_case", dict, "an object of precision -> max abs error", {})
+    tolerance = dict(DEFAULT_TOLERANCE)
+    for prec, tol in tol_raw.items():
+        if prec not in PRECISIONS or isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
+            raise r.fail(f"test_case.tolerance.{prec}", f"a non-negative number for one of {', '.join(PRECISIONS)}", tol)
+        tolerance[prec] = float(tol)
+    test_case = TestCaseEntry(tc_file, _sha(r, tc, "test_case"), tolerance)
+
+    portable = None
+    if "portable_program" in data:
+        pp = r.get(data, "portable_program", "", dict, "an object with file and sha256")
+        portable = FileEntry(r.get(pp, "file", "portable_program", str, "a .pt2 file name"), _sha(r, pp, "portable_program"))
+    tools = r.opt(data, "tools", "", dict, "an object of tool -> version", {})
+    if not all(isinstance(v, str) for v in tools.values()):
+        raise r.fail("tools", "an object of tool name -> version string", tools)
+    return Manifest(
+        policy_name=name,
+        description=description,
+        inputs=inputs,
+        outputs=outputs,
+        action_output=action_output,
+        chunk_length=chunk,
+        action_names=tuple(names),
+        control_rate_hz=float(rate),
+        programs=programs,
+        test_case=test_case,
+        portable_program=portable,
+        tools=dict(tools),
+        created_utc=r.opt(data, "created_utc", "", str, "an ISO-8601 time", ""),
+        format_version=version,
+    )
+
+
+def read_manifest(directory: str | Path) -> Manifest:
+    path = Path(directory) / MANIFEST_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError as e:
+        raise BundleError(f"{path}: no manifest; is {directory} a lerobot-runtime bundle directory?") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BundleError(f"{path}: not valid JSON: {e}") from e
+    return parse_manifest(data, str(path))

@@ -1,0 +1,56 @@
+"""The project's exceptions.
+
+One base class, :class:`LerobotRuntimeError`; every leaf also subclasses the builtin a caller would
+naturally catch (``ValueError`` for bad input, ``FileNotFoundError`` for a missing file...).
+Messages name the thing that is wrong, what was expected and what came, and the next thing to check.
+"""
+
+from __future__ import annotations
+
+
+class LerobotRuntimeError(Exception):
+    """Base of every error raised on purpose by lerobot-runtime."""
+
+
+class ConfigError(LerobotRuntimeError, ValueError):
+    """A configuration file or option is invalid (names the key and the value)."""
+
+
+class BundleError(LerobotRuntimeError, ValueError):
+    """A policy bundle is malformed: names the file and the field."""
+
+
+class BundleFileNotFoundError(BundleError, FileNotFoundError):
+    """A file the bundle manifest names does not exist."""
+
+
+class DeviceError(LerobotRuntimeError, RuntimeError):
+    """A requested inference device is not present, or the bundle has no program for it."""
+
+
+class InputValidationError(LerobotRuntimeError, ValueError):
+    """An observation does not match the policy's declared inputs."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InferenceError(LerobotRuntimeError, RuntimeError):
+    """Executing the policy failed; carries the backend's own reason when there is one."""
+
+    def __init__(self, message: str, *, backend_reason: str | None = None) -> None:
+        super().__init__(message)
+        self.backend_reason = backend_reason
+
+
+class ParityError(LerobotRuntimeError, RuntimeError):
+    """The program's outputs do not match the bundle's reference test case within tolerance."""
+
+
+class ExportError(LerobotRuntimeError, RuntimeError):
+    """Exporting or lowering a policy failed."""
+
+
+class MissingDependencyError(LerobotRuntimeError, ImportError):
+    """An optional dependency is needed for this operation; the message says what to install."""

@@ -1,0 +1,42 @@
+"""Logging set-up: one line per event, journald-friendly.
+
+Under systemd (``JOURNAL_STREAM`` set) the timestamp is left to journald and each line carries a
+``<N>`` syslog priority prefix, which journald turns into the entry's priority.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+_SYSLOG_PRIORITY = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+class _JournalFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        priority = _SYSLOG_PRIORITY.get(record.levelno, 6)
+        return f"<{priority}>{super().format(record)}"
+
+
+def setup_logging(level: str | int = "INFO", *, stream: object = None) -> None:
+    """Configure the root logger once for a CLI or daemon process."""
+    out = stream if stream is not None else sys.stderr
+    handler = logging.StreamHandler(out)  # type: ignore[arg-type]
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+        )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level if isinstance(level, int) else level.upper())
