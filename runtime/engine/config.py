@@ -1,0 +1,46 @@
+"""Engine settings: which program, on which device, with which precision and CPU set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from runtime.errors import ConfigError
+
+EngineChoice = Literal["auto", "openvino", "executorch"]
+PrecisionChoice = Literal["auto", "f32", "f16", "bf16"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The ``[engine]`` table of the daemon config and the options of ``lerobot-runtime check``.
+
+    ``bundle`` empty means the built-in demo bundle (built on first use). ``devices`` is a preference
+    list: the first one OpenVINO sees *and* the bundle has a program for is used. ``cpus`` is the
+    inference CPU set (empty: every CPU but the control-loop CPU); ``threads`` 0 means one per CPU of
+    that set. ``precision`` "auto" keeps the precision the program was lowered with.
+    """
+
+    bundle: str = ""
+    engine: EngineChoice = "auto"
+    devices: tuple[str, ...] = ("NPU", "GPU", "CPU")
+    precision: PrecisionChoice = "auto"
+    cpus: tuple[int, ...] = ()
+    control_cpu: int = 0
+    threads: int = 0
+    cache_dir: str = ""
+    warmup_runs: int = 3
+    allow_parity_failure: bool = False
+
+    def __post_init__(self) -> None:
+        for dev in self.devices:
+            if dev not in ("CPU", "GPU", "NPU"):
+                raise ConfigError(f"engine.devices: expected CPU, GPU or NPU, got {dev!r}")
+        if not self.devices:
+            raise ConfigError("engine.devices: expected at least one of CPU, GPU, NPU, got an empty list")
+        if self.threads < 0:
+            raise ConfigError(f"engine.threads: expected 0 (auto) or a positive count, got {self.threads}")
+        if self.warmup_runs < 0:
+            raise ConfigError(f"engine.warmup_runs: expected >= 0, got {self.warmup_runs}")
+        if any(c < 0 for c in self.cpus) or len(set(self.cpus)) != len(self.cpus):
+            raise ConfigError(f"engine.cpus: expected distinct CPU numbers >= 0, got {list(self.cpus)}")
