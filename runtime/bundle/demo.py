@@ -1,0 +1,57 @@
+"""The built-in bundles: the demo policy the default configuration serves, and the ACT-size model.
+
+They are exported on first use (this needs the export extra) into the bundle store, and re-exported
+when the installed lerobot-runtime or OpenVINO version differs from the one that made them (a
+compiled blob only imports on the OpenVINO version that produced it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from importlib import metadata
+from pathlib import Path
+
+from runtime import __version__
+from runtime.bundle.manifest import read_manifest
+from runtime.errors import BundleError, ConfigError
+
+log = logging.getLogger(__name__)
+
+FACTORIES = {
+    "demo": "runtime.policies.act:make_demo_policy",
+    "act": "runtime.policies.act:make_act_policy",
+}
+
+
+def bundle_store() -> Path:
+    """Where built-in bundles live: $LEROBOT_RUNTIME_BUNDLES, systemd's $STATE_DIRECTORY, or ~/.local/share."""
+    if env := os.environ.get("LEROBOT_RUNTIME_BUNDLES"):
+        return Path(env)
+    if state := os.environ.get("STATE_DIRECTORY"):
+        return Path(state.split(":")[0]) / "bundles"
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "lerobot-runtime" / "bundles"
+
+
+def _is_current(path: Path) -> bool:
+    try:
+        m = read_manifest(path)
+    except BundleError:
+        return False
+    return m.tools.get("lerobot_runtime") == __version__ and m.tools.get("openvino") == metadata.version("openvino")
+
+
+def ensure_bundle(kind: str = "demo", root: Path | None = None) -> Path:
+    """Path to the built-in bundle ``kind`` ("demo" or "act"), exporting it first if needed."""
+    if kind not in FACTORIES:
+        raise ConfigError(f"built-in bundle: expected one of {', '.join(FACTORIES)}, got {kind!r}")
+    path = (root or bundle_store()) / kind
+    if _is_current(path):
+        return path
+    from runtime.bundle.export import export_bundle
+
+    log.info("building the built-in %s bundle in %s (once)", kind, path)
+    name = "demo_act" if kind == "demo" else "act_resnet18"
+    export_bundle(FACTORIES[kind], path, device="CPU", policy_name=name)
+    return path

@@ -1,0 +1,41 @@
+"""Pinning inference to its CPU set, apart from the control-loop CPU.
+
+OpenVINO's CPU plugin sizes its thread pool from the calling thread's affinity, and threads inherit
+the affinity of the thread that creates them. Pinning the loading thread before the model is compiled
+therefore governs the ExecuTorch path too, which cannot pass INFERENCE_NUM_THREADS (1.5.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from runtime.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def allowed_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def inference_cpus(requested: tuple[int, ...], control_cpu: int) -> list[int]:
+    """The CPU set inference may use: ``requested`` if given, else every allowed CPU but the control CPU."""
+    allowed = allowed_cpus()
+    if requested:
+        bad = sorted(set(requested) - set(allowed))
+        if bad:
+            raise ConfigError(
+                f"engine.cpus: CPU(s) {bad} are not available to this process (allowed: {allowed})"
+            )
+        return sorted(requested)
+    rest = [c for c in allowed if c != control_cpu]
+    # On a one-CPU machine inference has to share the control CPU.
+    return rest or allowed
+
+
+def pin_current_thread(cpus: list[int]) -> None:
+    """Pin the calling thread (and the threads it will start) to ``cpus``."""
+    os.sched_setaffinity(0, cpus)
+    log.debug("pinned thread %d to CPUs %s", threading.get_native_id(), cpus)

@@ -1,0 +1,144 @@
+"""The ExecuTorch engine: the ExecuTorch runtime with its OpenVINO delegate.
+
+Runs any program, including ones with ops left on ExecuTorch's portable kernels. ExecuTorch 1.5.1
+imports the delegate blob with no OpenVINO properties, so precision and threads are whatever the
+plugin chooses; the thread count follows the loading thread's CPU affinity. Both are read back by
+importing the same blob the way the backend does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from runtime.bundle.manifest import Manifest
+from runtime.bundle.pte import MethodInfo
+from runtime.engine import ovlib
+from runtime.engine.base import Engine, EngineInfo
+from runtime.engine.openvino_engine import ov_precision_name
+from runtime.errors import BundleError, InferenceError, MissingDependencyError
+
+log = logging.getLogger(__name__)
+
+_DTYPE_TO_SCALAR = {"uint8": 0, "int8": 1, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "bool": 11}
+
+
+def _import_runtime() -> tuple[Any, Any]:
+    try:
+        import torch
+        from executorch.runtime import Runtime, Verification
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the executorch engine needs the ExecuTorch runtime ({e}); install it with "
+            "pip install 'lerobot-runtime[executorch]', or use --engine openvino"
+        ) from e
+    del torch
+    return Runtime, Verification
+
+
+class ExecuTorchEngine(Engine):
+    def __init__(
+        self,
+        manifest: Manifest,
+        program_bytes: bytes,
+        method: MethodInfo,
+        *,
+        device: str,
+        bundle: str,
+        program: str,
+        requested_precision: str | None,
+        cpus: list[int],
+    ) -> None:
+        import openvino as ov
+        import torch
+
+        Runtime, Verification = _import_runtime()
+        rt = Runtime.get()
+        if not rt.backend_registry.is_available("OpenvinoBackend"):
+            raise MissingDependencyError(
+                "ExecuTorch's OpenVINO backend is not available in this executorch build; install "
+                "'executorch[openvino]' and openvino (or set OPENVINO_LIB_PATH to libopenvino_c.so)"
+            )
+        self._torch = torch
+        try:
+            self._program = rt.load_program(program_bytes, verification=Verification.Minimal)
+            self._method = self._program.load_method("forward")
+        except RuntimeError as e:
+            reason = ovlib.last_error_message()
+            raise BundleError(
+                f"{bundle}/{program}: ExecuTorch could not load method 'forward': {e}"
+                + (f"; OpenVINO says: {reason}" if reason else "")
+            ) from e
+        self._check_signature(manifest, self._method.metadata, f"{bundle}/{program}")
+        self._output_names = [o.name for o in manifest.outputs]
+
+        precision, threads = self._read_back(ov, method, device)
+        if requested_precision and requested_precision != precision:
+            log.warning(
+                "engine executorch cannot apply INFERENCE_PRECISION_HINT=%s: ExecuTorch's OpenVINO backend "
+                "passes no properties at load, so %s runs at the plugin default %s; use --engine openvino "
+                "to apply the hint",
+                requested_precision, device, precision,
+            )
+        info = EngineInfo(
+            engine="executorch",
+            device=device,
+            precision=precision,
+            threads=threads,
+            cpus=tuple(cpus),
+            bundle=bundle,
+            program=program,
+            openvino_version=ov.get_version(),
+        )
+        super().__init__(manifest, info)
+
+    @staticmethod
+    def _read_back(ov: Any, method: MethodInfo, device: str) -> tuple[str, int]:
+        """Precision and threads the backend really runs with: import the blob as it does, no properties."""
+        blobs = [d for d in method.delegates if d.backend_id == "OpenvinoBackend"]
+        if not blobs:
+            return "f32", 0  # nothing delegated: portable kernels, single-threaded float32
+        compiled = ov.Core().import_model(blobs[0].payload, device)
+        precision = ov_precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) if device == "CPU" else 0
+        del compiled
+        return precision, threads
+
+    @staticmethod
+    def _check_signature(manifest: Manifest, meta: Any, where: str) -> None:
+        if meta.num_inputs() != len(manifest.inputs) or meta.num_outputs() != len(manifest.outputs):
+            raise BundleError(
+                f"{where}: program has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, "
+                f"manifest declares {len(manifest.inputs)} / {len(manifest.outputs)}"
+            )
+        for i, spec in enumerate(manifest.inputs):
+            info = meta.input_tensor_meta(i)
+            if tuple(info.sizes()) != spec.shape or info.dtype() != _DTYPE_TO_SCALAR.get(spec.dtype):
+                raise BundleError(
+                    f"{where}: input {spec.name!r}: manifest says {spec.dtype}{list(spec.shape)}, "
+                    f"program takes {info}"
+                )
+
+    def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        tensors = [self._torch.from_numpy(a) for a in arrays]  # zero-copy
+        try:
+            outputs = self._method.execute(tensors)
+        except RuntimeError as e:
+            reason = ovlib.last_error_message()
+            detail = f"OpenVINO says: {reason}" if reason else f"no OpenVINO message ({e})"
+            log.error(
+                "inference failed: bundle %s, program %s, device %s, method forward: %s; %s",
+                self.info.bundle, self.info.program, self.info.device, e, detail,
+            )
+            raise InferenceError(
+                f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): "
+                f"{e}; {detail}",
+                backend_reason=reason,
+            ) from e
+        return {name: t.numpy().copy() for name, t in zip(self._output_names, outputs, strict=True)}
+
+    def close(self) -> None:
+        self._method = None
+        self._program = None

@@ -1,0 +1,136 @@
+"""Loading a bundle into a ready engine: device choice, CPU pinning, parity gate, warm-up."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.bundle.bundle import Bundle
+from runtime.bundle.pte import parse_program
+from runtime.engine.affinity import inference_cpus, pin_current_thread
+from runtime.engine.base import Engine
+from runtime.engine.config import EngineConfig
+from runtime.engine.devices import choose_device, present_devices
+from runtime.engine.openvino_engine import OpenVINOEngine, direct_engine_refusal
+from runtime.engine.parity import ParityResult, run_parity
+from runtime.errors import ParityError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadReport:
+    """How loading went: what was chosen and why, the parity result and the time each step took."""
+
+    skipped_devices: tuple[str, ...] = ()
+    engine_reason: str = ""
+    parity: ParityResult | None = None
+    timing_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "skipped_devices": list(self.skipped_devices),
+            "engine_reason": self.engine_reason,
+            "parity": self.parity.to_json() if self.parity else None,
+            "timing_ms": dict(self.timing_ms),
+        }
+
+
+def resolve_bundle_path(config: EngineConfig) -> Path:
+    if config.bundle:
+        return Path(config.bundle).expanduser()
+    from runtime.bundle.demo import ensure_bundle
+
+    return ensure_bundle("demo")
+
+
+def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> Engine:
+    """Load the configured bundle, prove it against its test case and warm it up.
+
+    Pins the calling thread to the inference CPU set first: run this on the thread that will run
+    inference (threads OpenVINO starts inherit the set). Raises :class:`ParityError` when the program
+    does not match its reference and ``allow_parity_failure`` is off.
+    """
+    report = report if report is not None else LoadReport()
+    t0 = time.perf_counter()
+    path = resolve_bundle_path(config)
+    bundle = Bundle.open(path)
+    manifest = bundle.manifest
+
+    cpus = inference_cpus(config.cpus, config.control_cpu)
+    pin_current_thread(cpus)
+    threads = config.threads or len(cpus)
+
+    choice = choose_device(config.devices, present_devices(), manifest.programs, str(path))
+    for reason in choice.skipped:
+        log.info("device skipped: %s", reason)
+    report.skipped_devices = choice.skipped
+    device = choice.device
+    entry = bundle.program(device)
+    data = bundle.read_program(device)
+    method = parse_program(data, str(path / entry.file))["forward"]
+    precision = entry.precision if config.precision == "auto" else config.precision
+
+    refusal = direct_engine_refusal(method)
+    kind = config.engine
+    if kind == "auto":
+        kind = "executorch" if refusal else "openvino"
+        report.engine_reason = (
+            f"auto: {refusal}, so executorch" if refusal else "auto: one OpenVINO delegate covers the program"
+        )
+    else:
+        report.engine_reason = f"requested {kind}"
+
+    engine: Engine
+    if kind == "openvino":
+        engine = OpenVINOEngine(
+            manifest, method, device=device, bundle=str(path), program=entry.file,
+            precision=precision, threads=threads, cpus=cpus, cache_dir=config.cache_dir,
+        )
+    else:
+        from runtime.engine.executorch_engine import ExecuTorchEngine
+
+        engine = ExecuTorchEngine(
+            manifest, data, method, device=device, bundle=str(path), program=entry.file,
+            requested_precision=precision, cpus=cpus,
+        )
+    t1 = time.perf_counter()
+    info = engine.info
+    log.info(
+        "loaded %s: policy %s, engine %s (%s), device %s (%s), precision %s (asked %s), threads %d on CPUs %s",
+        path, manifest.policy_name, info.engine, report.engine_reason, info.device,
+        "preferred: " + ",".join(config.devices), info.precision, precision, info.threads, list(info.cpus),
+    )
+
+    case = bundle.test_case()
+    parity = run_parity(engine, case)
+    t2 = time.perf_counter()
+    report.parity = parity
+    if parity.ok:
+        log.info("parity ok: %s", parity.describe())
+    elif config.allow_parity_failure:
+        log.warning("parity FAILED but allow_parity_failure is set; serving anyway: %s", parity.describe())
+    else:
+        engine.close()
+        raise ParityError(
+            f"{path}: the program does not reproduce its reference; refusing to serve: {parity.describe()}. "
+            "Re-export the bundle, or set engine.allow_parity_failure = true (--allow-parity-failure) to override"
+        )
+    for _ in range(config.warmup_runs):
+        engine.infer(case.inputs)
+    t3 = time.perf_counter()
+    report.timing_ms = {
+        "load": (t1 - t0) * 1e3,
+        "parity": (t2 - t1) * 1e3,
+        "warmup": (t3 - t2) * 1e3,
+        "ready": (t3 - t0) * 1e3,
+    }
+    log.info(
+        "ready in %.0f ms (load %.0f, parity %.0f, warm-up %d runs %.0f)",
+        report.timing_ms["ready"], report.timing_ms["load"], report.timing_ms["parity"],
+        config.warmup_runs, report.timing_ms["warmup"],
+    )
+    return engine

@@ -1,0 +1,141 @@
+"""The direct OpenVINO engine: the delegate blob out of the ``.pte``, imported with properties.
+
+For programs that are a single OpenVINO delegate from inputs to outputs, this skips the ExecuTorch
+runtime (and torch) entirely and, unlike ExecuTorch 1.5.1, can apply INFERENCE_PRECISION_HINT,
+INFERENCE_NUM_THREADS, CPU pinning, the latency hint and a cache dir.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from runtime.bundle.manifest import Manifest
+from runtime.bundle.pte import OPENVINO_BACKEND_ID, MethodInfo
+from runtime.engine.base import Engine, EngineInfo
+from runtime.errors import BundleError, InferenceError
+
+log = logging.getLogger(__name__)
+
+_OV_PRECISION = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+
+
+def ov_precision_name(value: Any) -> str:
+    """OpenVINO element type (``<Type: 'float32'>``, ``bf16``...) -> f32 | f16 | bf16."""
+    text = str(getattr(value, "get_type_name", lambda: value)()).lower()
+    for key, name in (("bf16", "bf16"), ("f16", "f16"), ("float16", "f16"), ("f32", "f32"), ("float32", "f32")):
+        if key in text:
+            return name
+    return text
+
+
+def direct_engine_refusal(method: MethodInfo) -> str | None:
+    """Why the direct engine cannot run ``method``, or None when it can."""
+    if method.kernel_ops:
+        ops = ", ".join(sorted(set(method.kernel_ops)))
+        return f"ops left on ExecuTorch kernels: {ops}"
+    if len(method.delegates) != 1:
+        return f"{len(method.delegates)} delegates (the direct engine runs exactly one)"
+    if method.delegates[0].backend_id != OPENVINO_BACKEND_ID:
+        return f"delegate is {method.delegates[0].backend_id}, not {OPENVINO_BACKEND_ID}"
+    if not method.single_delegate:
+        return "the delegate call does not map the method's inputs straight to its outputs"
+    return None
+
+
+class OpenVINOEngine(Engine):
+    def __init__(
+        self,
+        manifest: Manifest,
+        method: MethodInfo,
+        *,
+        device: str,
+        bundle: str,
+        program: str,
+        precision: str | None,
+        threads: int,
+        cpus: list[int],
+        cache_dir: str = "",
+    ) -> None:
+        import openvino as ov
+
+        refusal = direct_engine_refusal(method)
+        if refusal:
+            raise BundleError(f"{bundle}/{program}: the openvino engine cannot run this program: {refusal}")
+        blob_device = method.delegates[0].device
+        if blob_device and blob_device != device:
+            raise BundleError(
+                f"{bundle}/{program}: the delegate was compiled for {blob_device}, not {device}"
+            )
+        props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        if precision:
+            props["INFERENCE_PRECISION_HINT"] = _OV_PRECISION[precision]
+        if device == "CPU":
+            props["INFERENCE_NUM_THREADS"] = threads
+            props["ENABLE_CPU_PINNING"] = True
+        elif cache_dir:
+            props["CACHE_DIR"] = cache_dir
+        core = ov.Core()
+        try:
+            compiled = core.import_model(method.delegates[0].payload, device, props)
+        except RuntimeError as e:
+            raise BundleError(
+                f"{bundle}/{program}: OpenVINO {ov.get_version()} could not import the {device} blob: {e}. "
+                "A blob only imports on the OpenVINO version that compiled it: re-lower the bundle "
+                f"(lerobot-runtime lower {bundle} --device {device})"
+            ) from e
+        self._check_signature(manifest, compiled, f"{bundle}/{program}")
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._output_names = [o.name for o in manifest.outputs]
+        threads_back = int(compiled.get_property("INFERENCE_NUM_THREADS")) if device == "CPU" else 0
+        info = EngineInfo(
+            engine="openvino",
+            device=device,
+            precision=ov_precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
+            threads=threads_back,
+            cpus=tuple(cpus),
+            bundle=bundle,
+            program=program,
+            openvino_version=ov.get_version(),
+        )
+        super().__init__(manifest, info)
+
+    @staticmethod
+    def _check_signature(manifest: Manifest, compiled: Any, where: str) -> None:
+        if len(compiled.inputs) != len(manifest.inputs) or len(compiled.outputs) != len(manifest.outputs):
+            raise BundleError(
+                f"{where}: program has {len(compiled.inputs)} inputs / {len(compiled.outputs)} outputs, "
+                f"manifest declares {len(manifest.inputs)} / {len(manifest.outputs)}"
+            )
+        for spec, port in zip(manifest.inputs, compiled.inputs, strict=True):
+            shape = tuple(int(d) for d in port.get_shape())
+            if shape != spec.shape:
+                raise BundleError(
+                    f"{where}: input {spec.name!r}: manifest shape {list(spec.shape)}, program shape {list(shape)}"
+                )
+
+    def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        req = self._request
+        try:
+            # share_inputs: OpenVINO reads the caller's buffers in place (no copy of a camera frame)
+            results = req.infer(arrays, share_inputs=True)
+        except RuntimeError as e:
+            reason = str(e).strip()
+            log.error(
+                "inference failed: bundle %s, program %s, device %s, method forward: %s",
+                self.info.bundle, self.info.program, self.info.device, reason,
+            )
+            raise InferenceError(
+                f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {reason}",
+                backend_reason=reason,
+            ) from e
+        # to_tuple keeps output order; copy so the next inference cannot overwrite a returned chunk
+        values = results.to_tuple()
+        return {name: np.array(v, copy=True) for name, v in zip(self._output_names, values, strict=True)}
+
+    def close(self) -> None:
+        self._request = None  # type: ignore[assignment]
+        self._compiled = None

@@ -1,0 +1,467 @@
+"""msgpack framing of protocol messages.
+
+A message is one header frame (a msgpack map) followed by zero or more data frames holding array
+bytes. Decoding refuses extension types, non-string map keys, oversized input and anything that is not
+exactly the documented shape; nothing executes on decode. Server side: :func:`decode_request`,
+:func:`encode_reply`, :func:`encode_error`. Client side: :func:`encode_request`, :func:`decode_reply`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
+
+import msgpack
+import numpy as np
+
+from runtime.errors import LerobotRuntimeError
+from runtime.protocol.arrays import decode_array, frame_descriptor, wire_array
+from runtime.protocol.errors import (
+    BadRequestError,
+    ErrorInfo,
+    TooLargeError,
+    UnsupportedKindError,
+    UnsupportedVersionError,
+)
+from runtime.protocol.messages import (
+    KINDS,
+    MAX_REQUEST_ID,
+    PROTOCOL_VERSION,
+    RESERVED_KIND_PREFIXES,
+    SUPPORTED_VERSIONS,
+    ActionChunk,
+    HelloRequest,
+    InferRequest,
+    Percentiles,
+    PingRequest,
+    PolicyInfo,
+    Pong,
+    Request,
+    StatsRequest,
+    StatsSnapshot,
+    TensorInfo,
+    Timing,
+)
+
+_REQUEST_KEYS: Final = frozenset(("v", "id", "kind", "body"))
+_INFER_BODY_KEYS: Final = frozenset(("observation",))
+Buffer = bytes | memoryview
+
+
+class ProtocolError(LerobotRuntimeError, ValueError):
+    """A reply the client cannot read (wrong shape, unknown version): the server is not speaking v1."""
+
+
+def _pack(obj: Any) -> bytes:
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+def _refuse_ext(code: int, data: bytes) -> NoReturn:
+    raise ValueError(f"msgpack extension type {code} is not part of the protocol")
+
+
+def _unpack(data: Buffer, max_bytes: int) -> Any:
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        ext_hook=_refuse_ext,
+        max_buffer_size=max_bytes,
+    )
+
+
+def _type_name(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- server side -----------------------------------------------------------------------------
+
+
+def peek_request_id(header: Any) -> int | None:
+    """The request id of a decoded header, if it has a valid one (so errors can echo it)."""
+    if isinstance(header, dict):
+        rid = header.get("id")
+        if type(rid) is int and 0 <= rid <= MAX_REQUEST_ID:
+            return rid
+    return None
+
+
+def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
+    """Parse a request (header frame + data frames); raises a ``ServerError`` subclass to reply with."""
+    if not frames:
+        raise BadRequestError(
+            "empty message", field="(header)", expected="a msgpack header frame", received="nothing"
+        )
+    total = 0
+    for f in frames:
+        total += len(f) if isinstance(f, bytes) else f.nbytes
+    if total > max_message_bytes:
+        raise TooLargeError(
+            f"message of {total} bytes is over this server's limit of {max_message_bytes}",
+            field="(message)",
+            expected=f"<= {max_message_bytes} bytes",
+            received=f"{total} bytes",
+        )
+    try:
+        header = _unpack(frames[0], max_message_bytes)
+    except Exception as e:  # msgpack raises ValueError, ExtraData, FormatError, StackError...
+        raise BadRequestError(
+            f"header frame is not a single msgpack map: {e}",
+            field="(header)",
+            expected="msgpack map",
+            received=f"{len(frames[0])} undecodable bytes",
+        ) from None
+    rid = peek_request_id(header)
+    try:
+        return _parse_request(header, frames[1:], rid)
+    except BadRequestError as e:
+        e.request_id = rid
+        raise
+    except (UnsupportedVersionError, UnsupportedKindError) as e:
+        e.request_id = rid
+        raise
+
+
+def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Request:
+    if not isinstance(header, dict):
+        raise BadRequestError(
+            f"header: expected a msgpack map, got {_type_name(header)}",
+            field="(header)",
+            expected="map",
+            received=_type_name(header),
+        )
+    version = header.get("v")
+    if version is None:
+        raise BadRequestError(
+            "header: missing protocol version 'v'",
+            field="v",
+            expected=str(PROTOCOL_VERSION),
+            received="nothing",
+        )
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersionError(
+            f"protocol version {_short(version)} is not supported; this server speaks {PROTOCOL_VERSION}",
+            field="v",
+            expected=" | ".join(map(str, SUPPORTED_VERSIONS)),
+            received=_short(version),
+        )
+    if rid is None:
+        shown = _short(header["id"]) if "id" in header else "nothing"
+        raise BadRequestError(
+            f"header.id: expected an integer in [0, 2**64), got {shown}",
+            field="id",
+            expected="integer in [0, 2**64)",
+            received=shown,
+        )
+    unknown = set(header) - _REQUEST_KEYS
+    if unknown:
+        key = sorted(map(str, unknown))[0]
+        raise BadRequestError(
+            f"header: unknown key {key!r}", field=key, expected="v, id, kind, body", received=key
+        )
+    kind = header.get("kind")
+    if not isinstance(kind, str):
+        raise BadRequestError(
+            f"header.kind: expected a string, got {_short(kind) if 'kind' in header else 'nothing'}",
+            field="kind",
+            expected=" | ".join(KINDS),
+            received=_short(kind) if "kind" in header else "nothing",
+        )
+    body = header.get("body", {})
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise BadRequestError(
+            f"header.body: expected a map, got {_type_name(body)}",
+            field="body",
+            expected="map",
+            received=_type_name(body),
+        )
+    if kind == "infer":
+        return _parse_infer(rid, body, data)
+    if kind not in KINDS:
+        reserved = kind.startswith(RESERVED_KIND_PREFIXES)
+        raise UnsupportedKindError(
+            f"kind {_short(kind)} is {'reserved for a later protocol version' if reserved else 'unknown'}; "
+            f"this server answers {', '.join(KINDS)}",
+            field="kind",
+            expected=" | ".join(KINDS),
+            received=_short(kind),
+        )
+    if body or data:
+        raise BadRequestError(
+            f"{kind}: takes no body and no data frames",
+            field="body",
+            expected="empty",
+            received=f"{len(body)} body keys, {len(data)} data frames",
+        )
+    if kind == "ping":
+        return PingRequest(rid)
+    if kind == "hello":
+        return HelloRequest(rid)
+    return StatsRequest(rid)
+
+
+def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> InferRequest:
+    unknown = set(body) - _INFER_BODY_KEYS
+    if unknown:
+        key = sorted(map(str, unknown))[0]
+        raise BadRequestError(
+            f"infer body: unknown key {key!r}", field=f"body.{key}", expected="observation", received=key
+        )
+    obs_raw = body.get("observation")
+    if not isinstance(obs_raw, dict):
+        raise BadRequestError(
+            f"body.observation: expected a map of input name to array, got "
+            f"{_type_name(obs_raw) if 'observation' in body else 'nothing'}",
+            field="body.observation",
+            expected="map of name -> array descriptor",
+            received=_type_name(obs_raw) if "observation" in body else "nothing",
+        )
+    views = [f if isinstance(f, memoryview) else memoryview(f) for f in data]
+    used = [False] * len(views)
+    observation: dict[str, np.ndarray] = {}
+    for name, desc in obs_raw.items():
+        observation[name] = decode_array(desc, views, used, f"observation.{name}")
+    if not all(used):
+        index = used.index(False)
+        raise BadRequestError(
+            f"data frame {index} is not referenced by any array",
+            field="(frames)",
+            expected=f"{sum(used)} data frames",
+            received=f"{len(used)} data frames",
+        )
+    return InferRequest(rid, observation)
+
+
+def _timing_wire(t: Timing) -> dict[str, float]:
+    return {"queue_ms": t.queue_ms, "infer_ms": t.infer_ms, "total_ms": t.total_ms}
+
+
+def encode_reply(kind: str, request_id: int, body: Mapping[str, Any], timing: Timing) -> bytes:
+    """The header frame of a successful reply (data frames, if any, are appended by the caller)."""
+    return _pack(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": request_id,
+            "kind": kind,
+            "ok": True,
+            "body": body,
+            "timing": _timing_wire(timing),
+        }
+    )
+
+
+def encode_error(kind: str | None, request_id: int | None, error: ErrorInfo, timing: Timing) -> bytes:
+    """The single frame of an error reply; ``kind`` and ``request_id`` are nil when unreadable."""
+    return _pack(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": request_id,
+            "kind": kind,
+            "ok": False,
+            "error": error.to_wire(),
+            "timing": _timing_wire(timing),
+        }
+    )
+
+
+def encode_actions_reply(request_id: int, actions: np.ndarray, timing: Timing) -> list[Buffer]:
+    """Header + one data frame with the action chunk."""
+    arr = wire_array(actions)
+    header = encode_reply("infer", request_id, {"actions": frame_descriptor(arr, 0)}, timing)
+    # A copy on purpose: engines may return views of buffers the next inference overwrites, and
+    # the reply can still be queued in ZeroMQ by then. Action chunks are a few kB.
+    return [header, arr.tobytes()]
+
+
+# --- client side -----------------------------------------------------------------------------
+
+
+def encode_request(
+    kind: str, request_id: int, observation: Mapping[str, np.ndarray] | None = None
+) -> list[Any]:
+    """Frames of a request: header then one data frame per observation array (sent zero-copy)."""
+    frames: list[Any] = [b""]
+    if observation is None:
+        header: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind}
+    else:
+        obs: dict[str, Any] = {}
+        for name, value in observation.items():
+            arr = wire_array(np.asarray(value))
+            obs[name] = frame_descriptor(arr, len(frames) - 1)
+            frames.append(arr)
+        header = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind, "body": {"observation": obs}}
+    frames[0] = _pack(header)
+    return frames
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A decoded reply envelope; ``body`` is still the raw map until a typed accessor reads it."""
+
+    id: int | None
+    kind: str | None
+    ok: bool
+    body: Mapping[str, Any]
+    error: ErrorInfo | None
+    timing: Timing
+    data: Sequence[memoryview]
+
+
+def _need(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = obj.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
+        raise ProtocolError(f"reply {where}.{key}: unexpected {_type_name(value)} {_short(value)}")
+    return value
+
+
+def _opt_str(obj: Mapping[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def decode_reply(frames: Sequence[Buffer]) -> Reply:
+    if not frames:
+        raise ProtocolError("empty reply")
+    try:
+        header = _unpack(frames[0], max(len(frames[0]), 1))
+    except Exception as e:
+        raise ProtocolError(f"reply header is not msgpack: {e}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"reply header: expected a map, got {_type_name(header)}")
+    if header.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"reply protocol version {_short(header.get('v'))}, this client speaks {PROTOCOL_VERSION}"
+        )
+    rid = header.get("id")
+    t = header.get("timing") or {}
+    timing = (
+        Timing(float(t.get("queue_ms", 0.0)), float(t.get("infer_ms", 0.0)), float(t.get("total_ms", 0.0)))
+        if isinstance(t, dict)
+        else Timing()
+    )
+    data = [f if isinstance(f, memoryview) else memoryview(f) for f in frames[1:]]
+    kind = header.get("kind")
+    if header.get("ok") is True:
+        body = header.get("body") or {}
+        if not isinstance(body, dict):
+            raise ProtocolError(f"reply body: expected a map, got {_type_name(body)}")
+        return Reply(
+            rid if type(rid) is int else None,
+            kind if isinstance(kind, str) else None,
+            True,
+            body,
+            None,
+            timing,
+            data,
+        )
+    err = header.get("error")
+    if not isinstance(err, dict) or not isinstance(err.get("code"), str):
+        raise ProtocolError(f"error reply without an error code: {_short(err)}")
+    info = ErrorInfo(
+        err["code"],
+        _opt_str(err, "message") or "",
+        _opt_str(err, "field"),
+        _opt_str(err, "expected"),
+        _opt_str(err, "received"),
+    )
+    return Reply(
+        rid if type(rid) is int else None,
+        kind if isinstance(kind, str) else None,
+        False,
+        {},
+        info,
+        timing,
+        data,
+    )
+
+
+def actions_from_reply(reply: Reply, round_trip_ms: float) -> ActionChunk:
+    used = [False] * len(reply.data)
+    try:
+        actions = decode_array(reply.body.get("actions"), reply.data, used, "actions")
+    except BadRequestError as e:
+        raise ProtocolError(f"reply: {e.message}") from None
+    return ActionChunk(reply.id or 0, actions, reply.timing, round_trip_ms)
+
+
+def pong_from_reply(reply: Reply, round_trip_ms: float) -> Pong:
+    return Pong(
+        reply.id or 0, float(_need(reply.body, "uptime_s", (int, float), "body")), reply.timing, round_trip_ms
+    )
+
+
+def _tensors(raw: Any, where: str) -> tuple[TensorInfo, ...]:
+    if not isinstance(raw, list):
+        raise ProtocolError(f"reply {where}: expected a list, got {_type_name(raw)}")
+    out = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise ProtocolError(f"reply {where}: expected maps, got {_type_name(item)}")
+        out.append(
+            TensorInfo(
+                str(_need(item, "name", str, where)),
+                str(_need(item, "dtype", str, where)),
+                tuple(int(d) for d in _need(item, "shape", list, where)),
+                str(item.get("role", "other")),
+            )
+        )
+    return tuple(out)
+
+
+def policy_info_from_reply(reply: Reply) -> PolicyInfo:
+    b = reply.body
+    action = _need(b, "action", dict, "body")
+    limits = _need(b, "limits", dict, "body")
+    policy = _need(b, "policy", dict, "body")
+    return PolicyInfo(
+        protocol_version=int(_need(b, "protocol_version", int, "body")),
+        server_version=str(_need(b, "server_version", str, "body")),
+        policy_name=str(_need(policy, "name", str, "body.policy")),
+        inputs=_tensors(b.get("inputs"), "inputs"),
+        outputs=_tensors(b.get("outputs"), "outputs"),
+        action_output=str(_need(action, "output", str, "body.action")),
+        chunk_length=int(_need(action, "chunk_length", int, "body.action")),
+        action_names=tuple(str(n) for n in _need(action, "names", list, "body.action")),
+        control_rate_hz=float(_need(b, "control_rate_hz", (int, float), "body")),
+        engine=dict(_need(b, "engine", dict, "body")),
+        versions={str(k): str(v) for k, v in _need(b, "versions", dict, "body").items()},
+        kinds=tuple(str(k) for k in _need(b, "kinds", list, "body")),
+        max_message_bytes=int(_need(limits, "max_message_bytes", int, "body.limits")),
+        queue_depth=int(_need(limits, "queue_depth", int, "body.limits")),
+    )
+
+
+def stats_from_reply(reply: Reply) -> StatsSnapshot:
+    b = reply.body
+    queue = _need(b, "queue", dict, "body")
+    latency: dict[str, Percentiles] = {}
+    for name, p in _need(b, "latency_ms", dict, "body").items():
+        if isinstance(p, dict):
+            latency[str(name)] = Percentiles(
+                int(p.get("count", 0)),
+                float(p.get("p50", 0.0)),
+                float(p.get("p90", 0.0)),
+                float(p.get("p99", 0.0)),
+                float(p.get("max", 0.0)),
+            )
+    return StatsSnapshot(
+        uptime_s=float(_need(b, "uptime_s", (int, float), "body")),
+        requests={str(k): int(v) for k, v in _need(b, "requests", dict, "body").items()},
+        errors={str(k): int(v) for k, v in _need(b, "errors", dict, "body").items()},
+        replies_ok=int(_need(b, "replies_ok", int, "body")),
+        queue_depth=int(_need(queue, "depth", int, "body.queue")),
+        queue_depth_max=int(_need(queue, "depth_max", int, "body.queue")),
+        queue_capacity=int(_need(queue, "capacity", int, "body.queue")),
+        in_flight=int(_need(queue, "in_flight", int, "body.queue")),
+        latency_ms=latency,
+    )

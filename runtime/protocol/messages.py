@@ -1,0 +1,187 @@
+"""Typed messages of protocol version 1 (see ``docs/protocol.md``).
+
+Requests and replies are frozen dataclasses; the codec (``runtime.protocol.codec``) is the only place
+that sees the msgpack maps they travel as.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import numpy as np
+
+PROTOCOL_VERSION: Final = 1
+SUPPORTED_VERSIONS: Final = (PROTOCOL_VERSION,)
+MAX_REQUEST_ID: Final = 2**64 - 1
+
+Kind = Literal["hello", "infer", "ping", "stats"]
+KINDS: Final[tuple[str, ...]] = ("hello", "infer", "ping", "stats")
+# Name spaces kept for the control-loop and teleop kinds of later versions: refused as
+# ``unsupported_kind`` today, never reinterpreted.
+RESERVED_KIND_PREFIXES: Final = ("control.", "teleop.", "session.")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Server-side milliseconds from monotonic clocks: waiting in the queue, running, receive to reply."""
+
+    queue_ms: float = 0.0
+    infer_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+ZERO_TIMING: Final = Timing()
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HelloRequest:
+    id: int
+    kind: Literal["hello"] = "hello"
+
+
+@dataclass(frozen=True, slots=True)
+class PingRequest:
+    id: int
+    kind: Literal["ping"] = "ping"
+
+
+@dataclass(frozen=True, slots=True)
+class StatsRequest:
+    id: int
+    kind: Literal["stats"] = "stats"
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    id: int
+    observation: Mapping[str, np.ndarray]
+    kind: Literal["infer"] = "infer"
+
+
+Request = HelloRequest | PingRequest | StatsRequest | InferRequest
+
+
+# --- replies ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str = "other"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "role": self.role}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    """The ``hello`` reply: what the policy takes and returns, and what it runs on."""
+
+    protocol_version: int
+    server_version: str
+    policy_name: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    action_output: str
+    chunk_length: int
+    action_names: tuple[str, ...]
+    control_rate_hz: float
+    engine: Mapping[str, Any]  # EngineInfo.to_json(): engine, device, precision, threads, cpus...
+    versions: Mapping[str, str]
+    kinds: tuple[str, ...]
+    max_message_bytes: int
+    queue_depth: int
+
+    @property
+    def device(self) -> str:
+        return str(self.engine.get("device", ""))
+
+    @property
+    def precision(self) -> str:
+        return str(self.engine.get("precision", ""))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "protocol_version": self.protocol_version,
+            "server_version": self.server_version,
+            "policy": {"name": self.policy_name},
+            "inputs": [t.to_wire() for t in self.inputs],
+            "outputs": [t.to_wire() for t in self.outputs],
+            "action": {
+                "output": self.action_output,
+                "chunk_length": self.chunk_length,
+                "names": list(self.action_names),
+            },
+            "control_rate_hz": self.control_rate_hz,
+            "engine": dict(self.engine),
+            "versions": dict(self.versions),
+            "kinds": list(self.kinds),
+            "limits": {"max_message_bytes": self.max_message_bytes, "queue_depth": self.queue_depth},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ActionChunk:
+    """The ``infer`` reply: ``actions`` is [chunk_length, len(action_names)]."""
+
+    request_id: int
+    actions: np.ndarray
+    timing: Timing
+    round_trip_ms: float = 0.0  # measured by the client, on the client's clock
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    request_id: int
+    uptime_s: float
+    timing: Timing
+    round_trip_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    count: int = 0
+    p50: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+    max: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"count": self.count, "p50": self.p50, "p90": self.p90, "p99": self.p99, "max": self.max}
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSnapshot:
+    """The ``stats`` reply: counters since start and latency percentiles over recent infers."""
+
+    uptime_s: float
+    requests: Mapping[str, int]  # by kind, including requests that failed
+    errors: Mapping[str, int]  # by error code
+    replies_ok: int
+    queue_depth: int
+    queue_depth_max: int
+    queue_capacity: int
+    in_flight: int
+    latency_ms: Mapping[str, Percentiles] = field(default_factory=dict)  # queue, infer, total
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "uptime_s": self.uptime_s,
+            "requests": dict(self.requests),
+            "errors": dict(self.errors),
+            "replies_ok": self.replies_ok,
+            "queue": {
+                "depth": self.queue_depth,
+                "depth_max": self.queue_depth_max,
+                "capacity": self.queue_capacity,
+                "in_flight": self.in_flight,
+            },
+            "latency_ms": {k: v.to_wire() for k, v in self.latency_ms.items()},
+        }

@@ -1,0 +1,65 @@
+"""The ``[server]`` table: endpoints, queue bounds, message size limit and CURVE keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runtime.errors import ConfigError
+
+DEFAULT_ENDPOINTS = ("ipc://policy.sock", "tcp://127.0.0.1:5555")
+
+
+@dataclass(frozen=True)
+class CurveConfig:
+    """CURVE encryption and client authentication (``[server.curve]``).
+
+    ``server_secret_key`` is the server's ``.key_secret`` file and ``authorized_keys_dir`` a folder of
+    client public ``.key`` files, both in the format ``lerobot-runtime keys`` (``zmq.auth``) writes.
+    When set, every ``tcp://`` endpoint requires CURVE; ``ipc://`` endpoints rely on the runtime
+    directory's file permissions. Without them only loopback and ipc endpoints may be bound.
+    """
+
+    server_secret_key: str = ""
+    authorized_keys_dir: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.server_secret_key or self.authorized_keys_dir)
+
+    def __post_init__(self) -> None:
+        if bool(self.server_secret_key) != bool(self.authorized_keys_dir):
+            raise ConfigError(
+                "server.curve: set both server_secret_key and authorized_keys_dir, got "
+                f"server_secret_key={self.server_secret_key!r}, authorized_keys_dir={self.authorized_keys_dir!r}"
+            )
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where the server listens and how much it buffers.
+
+    Relative ``ipc://`` paths live in the runtime directory (``$RUNTIME_DIRECTORY`` under systemd).
+    ``queue_depth`` bounds the infer requests waiting for the engine; past it clients get ``busy``.
+    With ``latest_observation_wins`` a newer infer from the same client replaces its queued older
+    one, which is answered ``superseded``. ``max_message_bytes`` 0 means twice the policy's inputs
+    plus 64 KiB.
+    """
+
+    endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
+    queue_depth: int = 4
+    latest_observation_wins: bool = True
+    max_message_bytes: int = 0
+    curve: CurveConfig = field(default_factory=CurveConfig)
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            raise ConfigError("server.endpoints: expected at least one endpoint, got an empty list")
+        for ep in self.endpoints:
+            if not ep.startswith(("ipc://", "tcp://")):
+                raise ConfigError(f"server.endpoints: expected ipc://PATH or tcp://HOST:PORT, got {ep!r}")
+        if self.queue_depth < 1:
+            raise ConfigError(f"server.queue_depth: expected >= 1, got {self.queue_depth}")
+        if self.max_message_bytes < 0:
+            raise ConfigError(
+                f"server.max_message_bytes: expected 0 (auto) or a byte count, got {self.max_message_bytes}"
+            )

@@ -1,0 +1,383 @@
+"""The policy server: ROUTER sockets on an I/O thread, the engine on a worker thread.
+
+The I/O thread decodes requests, answers ``hello``/``ping``/``stats`` itself, checks observations
+and queues infers; it never waits on inference. The worker pushes finished replies back over an
+inproc socket and the I/O thread forwards them, so each ZeroMQ socket is used by one thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from runtime import __version__
+from runtime.engine.base import Engine
+from runtime.protocol.codec import decode_request, encode_error, encode_reply
+from runtime.protocol.errors import ErrorInfo, ServerError
+from runtime.protocol.messages import (
+    KINDS,
+    PROTOCOL_VERSION,
+    InferRequest,
+    PolicyInfo,
+    StatsSnapshot,
+    TensorInfo,
+    Timing,
+)
+from runtime.server.config import ServerConfig
+from runtime.server.endpoints import resolve_endpoint
+from runtime.server.observation import ObservationChecker
+from runtime.server.queue import Job, RequestQueue
+from runtime.server.security import (
+    ServerCurve,
+    apply_server_curve,
+    check_endpoint_security,
+    load_server_curve,
+    needs_curve,
+    start_authenticator,
+)
+from runtime.server.stats import StatsCollector
+from runtime.server.worker import InferenceWorker
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 50  # how often the I/O thread looks at the stop flag when idle
+BATCH = 64  # messages taken from one socket before looking at the others
+RCVHWM = 16  # per-client inbound messages buffered before TCP pushes back on the client
+HEADER_SLACK = 64 * 1024
+
+
+def auto_max_message_bytes(engine: Engine) -> int:
+    return 2 * sum(spec.nbytes for spec in engine.manifest.inputs) + HEADER_SLACK
+
+
+def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> PolicyInfo:
+    m = engine.manifest
+    return PolicyInfo(
+        protocol_version=PROTOCOL_VERSION,
+        server_version=__version__,
+        policy_name=m.policy_name,
+        inputs=tuple(TensorInfo(s.name, s.dtype, tuple(s.shape), s.role) for s in m.inputs),
+        outputs=tuple(TensorInfo(s.name, s.dtype, tuple(s.shape), s.role) for s in m.outputs),
+        action_output=m.action_output,
+        chunk_length=m.chunk_length,
+        action_names=tuple(m.action_names),
+        control_rate_hz=m.control_rate_hz,
+        engine=engine.info.to_json(),
+        versions={
+            "lerobot_runtime": __version__,
+            "protocol": str(PROTOCOL_VERSION),
+            "openvino": engine.info.openvino_version,
+            "zmq": zmq.zmq_version(),
+            **{k: str(v) for k, v in m.tools.items()},
+        },
+        kinds=KINDS,
+        max_message_bytes=max_message_bytes,
+        queue_depth=queue_depth,
+    )
+
+
+class PolicyServer:
+    """Serve one engine on the configured endpoints. ``start()``, then ``stop()`` (or a ``with`` block)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: ServerConfig | None = None,
+        *,
+        runtime_directory: Path | None = None,
+    ) -> None:
+        self.config = config if config is not None else ServerConfig()
+        self.engine = engine
+        self.endpoints = [resolve_endpoint(ep, runtime_directory) for ep in self.config.endpoints]
+        self.curve: ServerCurve | None = load_server_curve(self.config.curve)
+        check_endpoint_security(self.endpoints, self.curve)
+        self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(engine)
+        self.info = policy_info(engine, self.max_message_bytes, self.config.queue_depth)
+        self.bound_endpoints: list[str] = []
+        self.stats = StatsCollector()
+        self.queue = RequestQueue(self.config.queue_depth, self.config.latest_observation_wins)
+        self._checker = ObservationChecker(engine.manifest.inputs)
+        self._hello_body = self.info.to_wire()
+        self._context: Any = None
+        self._auth: Any = None
+        self._routers: list[Any] = []
+        self._pull: Any = None
+        self._worker: InferenceWorker | None = None
+        self._io: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._deadline = math.inf
+        self._accepting = True
+        self._started = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind every endpoint and start the I/O and worker threads; raises if a bind fails."""
+        if self._started:
+            raise RuntimeError("server already started")
+        self._context = zmq.Context()
+        try:
+            if self.curve is not None:
+                self._auth = start_authenticator(self._context, self.curve)
+            reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
+            self._pull = self._context.socket(zmq.PULL)
+            self._pull.linger = 0
+            self._pull.bind(reply_endpoint)
+            for ep in self.endpoints:
+                self._routers.append(self._bind(ep))
+        except BaseException:
+            self._close_sockets(0)
+            self._stop_context()
+            raise
+        self._worker = InferenceWorker(self.engine, self.queue, self.stats, self._context, reply_endpoint)
+        self._io = threading.Thread(target=self._io_loop, name="lerobot-runtime-io", daemon=True)
+        self._started = True
+        self._worker.start()
+        self._io.start()
+        log.info(
+            "serving %s on %s (queue %d, max message %d bytes)",
+            self.info.policy_name,
+            ", ".join(self.bound_endpoints),
+            self.config.queue_depth,
+            self.max_message_bytes,
+        )
+
+    def _bind(self, endpoint: str) -> Any:
+        sock = self._context.socket(zmq.ROUTER)
+        sock.linger = 0
+        sock.rcvhwm = RCVHWM
+        sock.maxmsgsize = self.max_message_bytes
+        if needs_curve(endpoint, self.curve):
+            assert self.curve is not None
+            apply_server_curve(sock, self.curve)
+        try:
+            if endpoint.startswith("tcp://") and endpoint.endswith((":*", ":0")):
+                port = sock.bind_to_random_port(endpoint.rsplit(":", 1)[0])
+                bound = f"{endpoint.rsplit(':', 1)[0]}:{port}"
+            else:
+                sock.bind(endpoint)
+                bound = endpoint
+        except zmq.ZMQError as e:
+            sock.close(0)
+            from runtime.errors import ConfigError
+
+            raise ConfigError(f"server.endpoints: cannot bind {endpoint}: {e}") from e
+        self.bound_endpoints.append(bound)
+        return sock
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop taking infers, let queued ones finish for up to ``timeout`` s, then close everything.
+
+        Requests still queued at the deadline are answered ``shutting_down``. ``timeout`` 0 is the
+        forced path: nothing waits.
+        """
+        if not self._started or self._io is None:
+            return
+        self._deadline = time.monotonic() + max(0.0, timeout)
+        self._stop.set()
+        self._io.join(timeout + 2.0)
+        if self._worker is not None:
+            self._worker.join(0.5 if timeout > 0 else 0.0)
+            if self._worker.is_alive():
+                # An inference longer than the grace period: its thread keeps the context alive,
+                # so terminating the context would hang; the process is about to exit anyway.
+                log.error("inference still running at shutdown; leaving it behind")
+                return
+        if self._io.is_alive():
+            log.error("I/O thread did not stop; leaving the ZeroMQ context open")
+            return
+        self._stop_context()
+        self._started = False
+
+    def _stop_context(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._context is not None:
+            self._context.term()
+            self._context = None
+
+    def __enter__(self) -> PolicyServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._io is not None and self._io.is_alive()
+
+    def snapshot(self) -> StatsSnapshot:
+        in_flight = self._worker.in_flight if self._worker is not None else 0
+        return self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
+
+    # --- I/O thread --------------------------------------------------------------------------
+
+    def _io_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        for sock in self._routers:
+            poller.register(sock, zmq.POLLIN)
+        try:
+            while True:
+                events = dict(poller.poll(POLL_MS))
+                if self._pull in events:
+                    self._forward_replies()
+                for index, sock in enumerate(self._routers):
+                    if sock in events:
+                        self._receive(index, sock)
+                if self._stop.is_set() and self._shutdown_step():
+                    break
+            self._forward_replies()
+        except Exception:
+            log.exception("I/O thread failed")
+        finally:
+            linger = 0 if self._deadline <= time.monotonic() else 200
+            self._close_sockets(linger)
+
+    def _shutdown_step(self) -> bool:
+        """One step of the graceful stop; True once the I/O thread may exit."""
+        if self._accepting:
+            self._accepting = False
+            self.queue.close()
+        worker = self._worker
+        if worker is None or not worker.is_alive():
+            return True
+        if time.monotonic() >= self._deadline:
+            for job in self.queue.cancel_pending():
+                self._reply_job_error(job, "shutting_down", "the server stopped before running this request")
+            return True
+        return False
+
+    def _close_sockets(self, linger: int) -> None:
+        for sock in self._routers:
+            sock.close(linger)
+        self._routers = []
+        if self._pull is not None:
+            self._pull.close(0)
+            self._pull = None
+
+    def _forward_replies(self) -> None:
+        while True:
+            try:
+                frames = self._pull.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            index = int.from_bytes(frames[0].bytes, "little")
+            if index < len(self._routers):
+                self._send(self._routers[index], frames[1:])
+
+    def _send(self, sock: Any, frames: list[Any]) -> None:
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            # ROUTER drops for peers over their high-water mark; counted so it is not silent.
+            self.stats.error("dropped")
+
+    def _receive(self, index: int, sock: Any) -> None:
+        for _ in range(BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            received_at = time.monotonic()
+            # REQ clients put an empty delimiter after the routing id; a header is never empty.
+            cut = 2 if len(frames) > 1 and len(frames[1]) == 0 else 1
+            envelope = [f.bytes for f in frames[:cut]]
+            self._handle(index, sock, envelope, [f.buffer for f in frames[cut:]], received_at)
+
+    def _handle(
+        self, index: int, sock: Any, envelope: list[bytes], payload: list[memoryview], received_at: float
+    ) -> None:
+        kind: str | None = None
+        rid: int | None = None
+        try:
+            request = decode_request(payload, self.max_message_bytes)
+            kind, rid = request.kind, request.id
+            self.stats.request(kind)
+            if isinstance(request, InferRequest):
+                self._submit(index, sock, envelope, request, received_at)
+                return
+            if kind == "ping":
+                body: dict[str, Any] = {"uptime_s": round(time.monotonic() - self.stats.started, 3)}
+            elif kind == "hello":
+                body = self._hello_body
+            else:
+                body = self.snapshot().to_wire()
+            header = encode_reply(
+                kind, request.id, body, Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
+            )
+            self.stats.ok()
+            self._send(sock, [*envelope, header])
+        except ServerError as e:
+            if kind is None:
+                self.stats.request("invalid")
+            self.stats.error(e.code)
+            rid = e.request_id if rid is None else rid
+            log.debug("request %s from client %s refused: %s", rid, envelope[0].hex(), e)
+            timing = Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
+            self._send(sock, [*envelope, encode_error(kind, rid, e.info, timing)])
+
+    def _submit(
+        self, index: int, sock: Any, envelope: list[bytes], request: InferRequest, received_at: float
+    ) -> None:
+        if not self._accepting:
+            self._reply_error(
+                sock, envelope, "infer", request.id, "shutting_down", "the server is stopping", received_at
+            )
+            return
+        self._checker.check(request.observation)  # BadInputError -> reply in _handle
+        job = Job(index, envelope, request.id, request.observation, received_at)
+        result = self.queue.put(job)
+        if not result.accepted:
+            cap = self.queue.capacity
+            self.stats.error("busy")
+            timing = Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
+            info = ErrorInfo(
+                "busy",
+                f"inference queue is full ({cap} waiting); send the next observation instead",
+                "(queue)",
+                f"< {cap} queued",
+                f"{cap} queued",
+            )
+            self._send(sock, [*envelope, encode_error("infer", request.id, info, timing)])
+        elif result.superseded is not None:
+            self._reply_job_error(
+                result.superseded,
+                "superseded",
+                f"replaced by newer request {request.id} from the same client (latest observation wins)",
+            )
+
+    def _reply_job_error(self, job: Job, code: str, message: str) -> None:
+        self._reply_error(
+            self._routers[job.socket_index],
+            job.envelope,
+            "infer",
+            job.request_id,
+            code,
+            message,
+            job.received_at,
+        )
+
+    def _reply_error(
+        self,
+        sock: Any,
+        envelope: list[bytes],
+        kind: str,
+        rid: int,
+        code: str,
+        message: str,
+        received_at: float,
+    ) -> None:
+        self.stats.error(code)
+        waited = (time.monotonic() - received_at) * 1e3
+        self._send(
+            sock, [*envelope, encode_error(kind, rid, ErrorInfo(code, message), Timing(waited, 0.0, waited))]
+        )

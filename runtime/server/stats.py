@@ -1,0 +1,85 @@
+"""Request counters and latency percentiles, shared by the I/O and worker threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+
+from runtime.protocol.messages import Percentiles, StatsSnapshot
+
+WINDOW = 2048  # recent infers the percentiles are computed over
+
+
+def _percentiles(samples: deque[float]) -> Percentiles:
+    if not samples:
+        return Percentiles()
+    ordered = sorted(samples)
+    n = len(ordered)
+
+    def at(q: float) -> float:
+        return round(ordered[min(n - 1, int(q * n))], 3)
+
+    return Percentiles(n, at(0.5), at(0.9), at(0.99), round(ordered[-1], 3))
+
+
+class StatsCollector:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._requests: Counter[str] = Counter()
+        self._errors: Counter[str] = Counter()
+        self._ok = 0
+        self._lat: dict[str, deque[float]] = {k: deque(maxlen=WINDOW) for k in ("queue", "infer", "total")}
+
+    def request(self, kind: str) -> None:
+        with self._lock:
+            self._requests[kind] += 1
+
+    def error(self, code: str) -> None:
+        with self._lock:
+            self._errors[code] += 1
+
+    def ok(self) -> None:
+        with self._lock:
+            self._ok += 1
+
+    def infer_done(self, queue_ms: float, infer_ms: float, total_ms: float) -> None:
+        with self._lock:
+            self._ok += 1
+            self._lat["queue"].append(queue_ms)
+            self._lat["infer"].append(infer_ms)
+            self._lat["total"].append(total_ms)
+
+    def snapshot(
+        self, queue_depth: int, queue_depth_max: int, capacity: int, in_flight: int
+    ) -> StatsSnapshot:
+        with self._lock:
+            requests = dict(self._requests)
+            errors = dict(self._errors)
+            ok = self._ok
+            lat = {k: deque(v) for k, v in self._lat.items()}
+        return StatsSnapshot(
+            uptime_s=round(time.monotonic() - self.started, 3),
+            requests=requests,
+            errors=errors,
+            replies_ok=ok,
+            queue_depth=queue_depth,
+            queue_depth_max=queue_depth_max,
+            queue_capacity=capacity,
+            in_flight=in_flight,
+            latency_ms={k: _percentiles(v) for k, v in lat.items()},
+        )
+
+
+def stats_line(s: StatsSnapshot) -> str:
+    """One log line: counts by kind and error, queue depth, infer and total latency percentiles."""
+    reqs = " ".join(f"{k}={v}" for k, v in sorted(s.requests.items())) or "none"
+    errs = " ".join(f"{k}={v}" for k, v in sorted(s.errors.items())) or "none"
+    inf = s.latency_ms.get("infer", Percentiles())
+    tot = s.latency_ms.get("total", Percentiles())
+    return (
+        f"requests: {reqs}; errors: {errs}; queue {s.queue_depth}/{s.queue_capacity} "
+        f"(max {s.queue_depth_max}); infer ms p50 {inf.p50} p99 {inf.p99}; "
+        f"total ms p50 {tot.p50} p99 {tot.p99} (last {tot.count})"
+    )
