@@ -127,7 +127,7 @@ class SimServo:
         self.mem[address : address + len(data)] = data
         if address <= homing.address < address + len(data):
             # The reported frame moves with the offset, the shaft does not.
-            self.position += self.dialect.homing_sign * -(self.get("Homing_Offset") - old_offset) * -1
+            self.position += self.dialect.homing_sign * (self.get("Homing_Offset") - old_offset)
         goal = self._reg["Goal_Position"]
         if address <= goal.address < address + len(data):
             lo, hi = self._limits()
