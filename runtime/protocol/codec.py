@@ -62,14 +62,15 @@ def _refuse_ext(code: int, data: bytes) -> NoReturn:
     raise ValueError(f"msgpack extension type {code} is not part of the protocol")
 
 
-def _unpack(data: Buffer, max_bytes: int) -> Any:
+def _unpack(data: Buffer) -> Any:
+    # Sizes were checked on the whole message before this; msgpack's own length prefixes can
+    # only describe bytes that are present, so a lying prefix fails as "incomplete input".
     return msgpack.unpackb(
         data,
         raw=False,
         strict_map_key=True,
         use_list=True,
         ext_hook=_refuse_ext,
-        max_buffer_size=max_bytes,
     )
 
 
@@ -111,7 +112,7 @@ def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
             received=f"{total} bytes",
         )
     try:
-        header = _unpack(frames[0], max_message_bytes)
+        header = _unpack(frames[0])
     except Exception as e:  # msgpack raises ValueError, ExtraData, FormatError, StackError...
         raise BadRequestError(
             f"header frame is not a single msgpack map: {e}",
@@ -333,7 +334,7 @@ def decode_reply(frames: Sequence[Buffer]) -> Reply:
     if not frames:
         raise ProtocolError("empty reply")
     try:
-        header = _unpack(frames[0], max(len(frames[0]), 1))
+        header = _unpack(frames[0])
     except Exception as e:
         raise ProtocolError(f"reply header is not msgpack: {e}") from None
     if not isinstance(header, dict):

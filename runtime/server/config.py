@@ -30,7 +30,8 @@ class CurveConfig:
         if bool(self.server_secret_key) != bool(self.authorized_keys_dir):
             raise ConfigError(
                 "server.curve: set both server_secret_key and authorized_keys_dir, got "
-                f"server_secret_key={self.server_secret_key!r}, authorized_keys_dir={self.authorized_keys_dir!r}"
+                f"server_secret_key={self.server_secret_key!r}, "
+                f"authorized_keys_dir={self.authorized_keys_dir!r}"
             )
 
 

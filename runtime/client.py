@@ -1,0 +1,203 @@
+"""``PolicyClient``: what a control loop, camera process or teleop station uses to talk to the server.
+
+One DEALER socket per client. Every call has a timeout; on timeout the socket is thrown away and a
+fresh one connected, so a late reply to the old request can never be read as the answer to a new
+one (replies are also matched by request id). ZeroMQ reconnects by itself, so a server restart needs
+nothing from the caller: the call in flight times out, the next one goes through. Error replies are
+raised as the ``ServerError`` subclass for their code (``runtime.protocol.errors``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from runtime.errors import LerobotRuntimeError
+from runtime.protocol.codec import (
+    Reply,
+    actions_from_reply,
+    decode_reply,
+    encode_request,
+    policy_info_from_reply,
+    pong_from_reply,
+    stats_from_reply,
+)
+from runtime.protocol.errors import UnauthorizedError, error_from_info
+from runtime.protocol.messages import ActionChunk, PolicyInfo, Pong, StatsSnapshot
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ActionChunk",
+    "ClientCurveKeys",
+    "PolicyClient",
+    "PolicyInfo",
+    "Pong",
+    "RequestTimeoutError",
+    "StatsSnapshot",
+]
+
+_AUTH_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+
+
+class RequestTimeoutError(LerobotRuntimeError, TimeoutError):
+    """No reply within the call's timeout (server down, restarting, or overloaded)."""
+
+
+@dataclass(frozen=True)
+class ClientCurveKeys:
+    """The server's public key and this client's key pair (z85 bytes, as ``zmq.auth`` files hold them)."""
+
+    server_public: bytes
+    public: bytes
+    secret: bytes
+
+    @classmethod
+    def from_files(cls, server_public_file: str | Path, client_secret_file: str | Path) -> ClientCurveKeys:
+        import zmq.auth
+
+        server_public, _ = zmq.auth.load_certificate(str(server_public_file))
+        public, secret = zmq.auth.load_certificate(str(client_secret_file))
+        if secret is None:
+            raise ValueError(f"{client_secret_file} holds no secret key; expected the .key_secret file")
+        return cls(server_public, public, secret)
+
+
+class PolicyClient:
+    """A client of one policy server endpoint (``ipc://...`` or ``tcp://host:port``)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_s: float = 2.0,
+        curve: ClientCurveKeys | None = None,
+        context: Any = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.curve = curve
+        self._own_context = context is None
+        self._context = context if context is not None else zmq.Context()
+        self._ids = itertools.count(1)
+        self._socket: Any = None
+        self._monitor: Any = None
+        self._poller = zmq.Poller()
+        self._connect()
+
+    # --- socket management -------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        sock = self._context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.reconnect_ivl = 100
+        sock.reconnect_ivl_max = 1000
+        if self.curve is not None:
+            sock.curve_serverkey = self.curve.server_public
+            sock.curve_publickey = self.curve.public
+            sock.curve_secretkey = self.curve.secret
+            # A refused key shows up only as a handshake event, never as a reply.
+            self._monitor = sock.get_monitor_socket(_AUTH_EVENTS)
+            self._monitor.linger = 0
+        sock.connect(self.endpoint)
+        self._socket = sock
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        if self._monitor is not None:
+            self._poller.register(self._monitor, zmq.POLLIN)
+
+    def _disconnect(self) -> None:
+        if self._monitor is not None:
+            self._socket.disable_monitor()
+            self._monitor.close(0)
+            self._monitor = None
+        if self._socket is not None:
+            self._socket.close(0)
+            self._socket = None
+
+    def reset(self) -> None:
+        """Drop the socket (and anything queued in it) and connect a fresh one."""
+        self._disconnect()
+        self._connect()
+
+    def close(self) -> None:
+        self._disconnect()
+        if self._own_context:
+            self._context.term()
+
+    def __enter__(self) -> PolicyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def _call(
+        self, kind: str, observation: Mapping[str, np.ndarray] | None, timeout_s: float | None
+    ) -> tuple[Reply, float]:
+        rid = next(self._ids)
+        frames = encode_request(kind, rid, observation)
+        start = time.perf_counter()
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        self._socket.send_multipart(frames, copy=False)
+        while True:
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1e3))
+            events = dict(self._poller.poll(remaining_ms))
+            if not events:
+                self.reset()
+                raise RequestTimeoutError(
+                    f"no reply to {kind} request {rid} from {self.endpoint} within "
+                    f"{self.timeout_s if timeout_s is None else timeout_s:.3g} s"
+                )
+            if self._monitor is not None and self._monitor in events:
+                self._check_monitor(rid)
+            if self._socket not in events:
+                continue
+            reply = decode_reply([f.buffer for f in self._socket.recv_multipart(copy=False)])
+            if reply.id != rid:
+                # Left over from an earlier call of this socket (e.g. a superseded stream); not ours.
+                log.debug("dropping reply %s while waiting for %d", reply.id, rid)
+                continue
+            rtt_ms = (time.perf_counter() - start) * 1e3
+            if reply.error is not None:
+                raise error_from_info(reply.error, rid)
+            return reply, rtt_ms
+
+    def _check_monitor(self, rid: int) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+        if event["event"] & _AUTH_EVENTS:
+            self.reset()
+            raise UnauthorizedError(
+                f"{self.endpoint} refused this client's CURVE key (handshake error {event['value']}); "
+                "add its public key file to the server's authorized_keys_dir",
+                request_id=rid,
+            )
+
+    def hello(self, *, timeout_s: float | None = None) -> PolicyInfo:
+        """The policy's inputs, outputs, chunk length, control rate, device and versions."""
+        reply, _ = self._call("hello", None, timeout_s)
+        return policy_info_from_reply(reply)
+
+    def infer(self, observation: Mapping[str, np.ndarray], *, timeout_s: float | None = None) -> ActionChunk:
+        """Send one observation (arrays exactly as the policy declares them), get its action chunk."""
+        reply, rtt_ms = self._call("infer", observation, timeout_s)
+        return actions_from_reply(reply, rtt_ms)
+
+    def ping(self, *, timeout_s: float | None = None) -> Pong:
+        reply, rtt_ms = self._call("ping", None, timeout_s)
+        return pong_from_reply(reply, rtt_ms)
+
+    def stats(self, *, timeout_s: float | None = None) -> StatsSnapshot:
+        reply, _ = self._call("stats", None, timeout_s)
+        return stats_from_reply(reply)
