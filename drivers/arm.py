@@ -1,0 +1,59 @@
+"""Open an arm from the daemon's ``[arm]`` configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drivers.bus import SerialServoBus
+from drivers.calibration import load_calibration
+from drivers.config import ArmConfig
+from drivers.dynamixel.bus import DynamixelBus
+from drivers.feetech.bus import FeetechBus
+
+
+def bus_class(protocol: str) -> type[SerialServoBus]:
+    if protocol == "feetech":
+        return FeetechBus
+    if protocol == "dynamixel":
+        return DynamixelBus
+    raise ValueError(f"unknown servo protocol {protocol!r}; expected feetech or dynamixel")
+
+
+def open_arm(
+    config: ArmConfig, *, base_dir: str | Path | None = None, connect: bool = True
+) -> SerialServoBus:
+    """Build (and by default connect) the bus for ``config``.
+
+    ``kind = "sim"`` starts a simulator on a pty first; it stops when the bus disconnects.
+    A relative calibration path is resolved against ``base_dir`` (default: current directory).
+    Use the result as a context manager or call ``disconnect()``; torque goes off on the way out.
+    """
+    cal_path = Path(config.calibration)
+    if not cal_path.is_absolute() and base_dir is not None:
+        cal_path = Path(base_dir) / cal_path
+    calibration = load_calibration(cal_path)
+    if config.kind == "sim":
+        from drivers.sim.arm import SimArm
+
+        return SimArm.start(
+            calibration,
+            protocol=config.sim_protocol,
+            timeout_ms=config.timeout_ms,
+            retries=config.retries,
+            disable_torque_on_disconnect=config.disable_torque_on_disconnect,
+            verify_goals=config.verify_goals,
+            connect=connect,
+        ).bus
+    bus = bus_class(config.kind)(
+        config.port,
+        calibration,
+        baud=config.baud,
+        timeout_ms=config.timeout_ms,
+        retries=config.retries,
+        disable_torque_on_disconnect=config.disable_torque_on_disconnect,
+        verify_goals=config.verify_goals,
+        on_calibration_mismatch=config.on_calibration_mismatch,
+    )
+    if connect:
+        bus.connect()
+    return bus
