@@ -99,5 +99,9 @@ class RequestQueue:
             self._cond.notify_all()
             return jobs
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def __len__(self) -> int:
         return len(self._jobs)

@@ -11,6 +11,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,23 +88,25 @@ class PolicyServer:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | Callable[[], Engine],
         config: ServerConfig | None = None,
         *,
         runtime_directory: Path | None = None,
     ) -> None:
+        """``engine`` is a loaded engine, or a factory that ``start()`` calls on the worker thread.
+
+        The factory form is what the daemon uses: ``load_engine`` pins the calling thread to the
+        inference CPUs, so it must run on the thread that will run inference, and the I/O thread,
+        started from the caller's thread, stays off that set.
+        """
         self.config = config if config is not None else ServerConfig()
-        self.engine = engine
+        self._engine_or_factory = engine
         self.endpoints = [resolve_endpoint(ep, runtime_directory) for ep in self.config.endpoints]
         self.curve: ServerCurve | None = load_server_curve(self.config.curve)
         check_endpoint_security(self.endpoints, self.curve)
-        self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(engine)
-        self.info = policy_info(engine, self.max_message_bytes, self.config.queue_depth)
         self.bound_endpoints: list[str] = []
         self.stats = StatsCollector()
         self.queue = RequestQueue(self.config.queue_depth, self.config.latest_observation_wins)
-        self._checker = ObservationChecker(engine.manifest.inputs)
-        self._hello_body = self.info.to_wire()
         self._context: Any = None
         self._auth: Any = None
         self._routers: list[Any] = []
@@ -122,10 +125,25 @@ class PolicyServer:
         if self._started:
             raise RuntimeError("server already started")
         self._context = zmq.Context()
+        reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
+        self._worker = InferenceWorker(
+            self._engine_or_factory, self.queue, self.stats, self._context, reply_endpoint
+        )
+        self._worker.start()
+        try:
+            self.engine = self._worker.wait_loaded()
+        except BaseException:
+            self.queue.close()
+            self._worker.join()
+            self._stop_context()
+            raise
+        self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(self.engine)
+        self.info = policy_info(self.engine, self.max_message_bytes, self.config.queue_depth)
+        self._checker = ObservationChecker(self.engine.manifest.inputs)
+        self._hello_body = self.info.to_wire()
         try:
             if self.curve is not None:
                 self._auth = start_authenticator(self._context, self.curve)
-            reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
             self._pull = self._context.socket(zmq.PULL)
             self._pull.linger = 0
             self._pull.bind(reply_endpoint)
@@ -133,12 +151,13 @@ class PolicyServer:
                 self._routers.append(self._bind(ep))
         except BaseException:
             self._close_sockets(0)
+            self.queue.close()
+            self._worker.join()
             self._stop_context()
             raise
-        self._worker = InferenceWorker(self.engine, self.queue, self.stats, self._context, reply_endpoint)
+        self._worker.serve()
         self._io = threading.Thread(target=self._io_loop, name="lerobot-runtime-io", daemon=True)
         self._started = True
-        self._worker.start()
         self._io.start()
         log.info(
             "serving %s on %s (queue %d, max message %d bytes)",
@@ -171,17 +190,21 @@ class PolicyServer:
         self.bound_endpoints.append(bound)
         return sock
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, force: Callable[[], bool] | None = None) -> None:
         """Stop taking infers, let queued ones finish for up to ``timeout`` s, then close everything.
 
         Requests still queued at the deadline are answered ``shutting_down``. ``timeout`` 0 is the
-        forced path: nothing waits.
+        forced path: nothing waits; ``force`` is polled while waiting (a second Ctrl-C).
         """
         if not self._started or self._io is None:
             return
         self._deadline = time.monotonic() + max(0.0, timeout)
         self._stop.set()
-        self._io.join(timeout + 2.0)
+        give_up = self._deadline + 2.0
+        while self._io.is_alive() and time.monotonic() < give_up:
+            self._io.join(0.05)
+            if force is not None and force():
+                self._deadline = time.monotonic()  # the I/O thread cancels what is queued and exits
         if self._worker is not None:
             self._worker.join(0.5 if timeout > 0 else 0.0)
             if self._worker.is_alive():
@@ -193,6 +216,8 @@ class PolicyServer:
             log.error("I/O thread did not stop; leaving the ZeroMQ context open")
             return
         self._stop_context()
+        if not isinstance(self._engine_or_factory, Engine):
+            self.engine.close()  # made by our factory, so ours to release
         self._started = False
 
     def _stop_context(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from runtime.engine.base import Engine
@@ -25,24 +26,53 @@ log = logging.getLogger(__name__)
 class InferenceWorker(threading.Thread):
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | Callable[[], Engine],
         queue: RequestQueue,
         stats: StatsCollector,
         context: Any,
         reply_endpoint: str,
     ) -> None:
         super().__init__(name="lerobot-runtime-infer", daemon=True)
-        self.engine = engine
+        self._engine_or_factory = engine
+        self.engine: Engine | None = None
         self.queue = queue
         self.stats = stats
         self._context = context
         self._reply_endpoint = reply_endpoint
-        self._action_output = engine.manifest.action_output
+        self._action_output = ""
         self.in_flight = 0
+        self._loaded = threading.Event()
+        self._go = threading.Event()
+        self._load_error: BaseException | None = None
+
+    def wait_loaded(self) -> Engine:
+        """Block until the engine is loaded on this thread; re-raise the factory's exception."""
+        self._loaded.wait()
+        if self._load_error is not None:
+            raise self._load_error
+        assert self.engine is not None
+        return self.engine
+
+    def serve(self) -> None:
+        """Start taking jobs (the sockets are open)."""
+        self._go.set()
 
     def run(self) -> None:
         import zmq
 
+        try:
+            factory = self._engine_or_factory
+            self.engine = factory if isinstance(factory, Engine) else factory()
+            self._action_output = self.engine.manifest.action_output
+        except BaseException as e:
+            self._load_error = e
+            return
+        finally:
+            self._loaded.set()
+        # A closed queue before serve() means start() failed after loading: nothing to run.
+        while not self._go.wait(0.05):
+            if self.queue.closed:
+                return
         push = self._context.socket(zmq.PUSH)
         push.linger = 1000
         push.connect(self._reply_endpoint)
@@ -63,6 +93,7 @@ class InferenceWorker(threading.Thread):
     def _run(self, job: Job) -> list[Any]:
         started = time.monotonic()
         queue_ms = (started - job.received_at) * 1e3
+        assert self.engine is not None
         try:
             outputs = self.engine.infer(job.observation)
             actions = outputs[self._action_output]

@@ -1,0 +1,70 @@
+"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``) and ``[daemon]``.
+
+``configs/default.toml`` spells out every key with its default; no file means those defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runtime.configtools import from_mapping, load_toml
+from runtime.engine.config import EngineConfig
+from runtime.errors import ConfigError
+from runtime.server.config import ServerConfig
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """``tick_s``: main loop period (watchdog, stats log); ``graceful_timeout_s``: how long queued
+    infers may finish at shutdown; ``stats_log_interval_s``: one stats log line this often (0: never).
+    """
+
+    tick_s: float = 0.1
+    graceful_timeout_s: float = 5.0
+    stats_log_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.tick_s <= 5:
+            raise ConfigError(f"daemon.tick_s: expected a period in (0, 5] seconds, got {self.tick_s}")
+        if self.graceful_timeout_s < 0:
+            raise ConfigError(f"daemon.graceful_timeout_s: expected >= 0, got {self.graceful_timeout_s}")
+        if self.stats_log_interval_s < 0:
+            raise ConfigError(f"daemon.stats_log_interval_s: expected >= 0, got {self.stats_log_interval_s}")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+
+
+def load_config(path: str | Path | None = None) -> DaemonConfig:
+    """Parse a daemon config file; None gives the built-in defaults (the demo bundle)."""
+    if path is None:
+        return DaemonConfig()
+    data = load_toml(path)
+    config = from_mapping(DaemonConfig, data, "")
+    # Relative paths in the file are relative to the file, not to wherever the daemon was started.
+    base = Path(path).resolve().parent
+    return _relative_to(config, base)
+
+
+def _relative_to(config: DaemonConfig, base: Path) -> DaemonConfig:
+    from dataclasses import replace
+
+    def fix(p: str) -> str:
+        return str(base / p) if p and not Path(p).expanduser().is_absolute() else p
+
+    curve = config.server.curve
+    if curve.enabled:
+        curve = replace(
+            curve,
+            server_secret_key=fix(curve.server_secret_key),
+            authorized_keys_dir=fix(curve.authorized_keys_dir),
+        )
+    engine = (
+        replace(config.engine, bundle=fix(config.engine.bundle)) if config.engine.bundle else config.engine
+    )
+    return replace(config, engine=engine, server=replace(config.server, curve=curve))
