@@ -37,7 +37,7 @@ from drivers.errors import (
     UnknownJointError,
 )
 from drivers.packets import PacketCodec, Status
-from drivers.port import PortOpener, SerialPort, open_serial
+from drivers.port import PORT_ERRORS, PortOpener, SerialPort, open_serial
 from drivers.registers import Register, RegisterTable
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ class SerialServoBus:
         if port is not None:
             try:
                 port.close()
-            except OSError as e:
+            except PORT_ERRORS as e:
                 log.debug("closing %s: %s", self.port, e)
 
     def _ensure_port(self) -> SerialPort:
@@ -295,7 +295,7 @@ class SerialServoBus:
             # Drop anything left from an earlier timed-out exchange so it cannot pass for our reply.
             port.reset_input_buffer()
             port.write(packet)
-        except OSError as e:  # serial.SerialException is an OSError too
+        except PORT_ERRORS as e:  # serial.SerialException is an OSError too
             if _is_write_timeout(e):
                 raise ReplyTimeoutError(f"write to {self.port} timed out") from e
             raise self._port_gone(e) from e
@@ -304,7 +304,7 @@ class SerialServoBus:
         port = self._ensure_port()
         try:
             data: bytes = port.read(n)
-        except OSError as e:
+        except PORT_ERRORS as e:
             raise self._port_gone(e) from e
         return data
 
@@ -347,16 +347,28 @@ class SerialServoBus:
                 self._raise_short(buf, ids, unit)
 
     def _raise_short(self, buf: bytes | bytearray, ids: Sequence[int], unit: int) -> NoReturn:
-        index = min(len(buf) // unit, len(ids) - 1)
-        servo_id = ids[index]
-        name = self._joint_name(servo_id)
-        who = f"joint {name!r} (id {servo_id})" if name else f"id {servo_id}"
-        if len(buf) % unit == 0:
+        # Walk the complete packets that did arrive: the first expected id whose reply is not
+        # where it should be is the servo that stayed silent (later servos may still answer).
+        codec, hs = self.codec, self.codec.header_size
+        offset, culprit = 0, ids[-1]
+        for servo_id in ids:
+            try:
+                end = offset + hs + codec.body_length(bytes(buf[offset : offset + hs]))
+                if end > len(buf) or codec.decode_status(bytes(buf[offset:end])).servo_id != servo_id:
+                    culprit = servo_id
+                    break
+            except TransportError:
+                culprit = servo_id
+                break
+            offset = end
+        name = self._joint_name(culprit)
+        who = f"joint {name!r} (id {culprit})" if name else f"id {culprit}"
+        if offset == len(buf) or (len(buf) - offset) % unit == 0:
             raise ReplyTimeoutError(
-                f"no reply from {who} within {self.timeout_s * 1000:.0f} ms", servo_id=servo_id
+                f"no reply from {who} within {self.timeout_s * 1000:.0f} ms", servo_id=culprit
             )
         raise GarbledPacketError(
-            f"short packet from {who}: {len(buf) % unit} of {unit} bytes", servo_id=servo_id
+            f"short or garbled reply from {who}: {len(buf)} bytes arrived in all", servo_id=culprit
         )
 
     def _transact(
@@ -699,7 +711,7 @@ class SerialServoBus:
             raise first
 
 
-def _is_write_timeout(e: OSError) -> bool:
+def _is_write_timeout(e: BaseException) -> bool:
     try:
         import serial
     except ImportError:  # pragma: no cover - pyserial is a dependency

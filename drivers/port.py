@@ -25,6 +25,20 @@ class SerialPort(Protocol):
 PortOpener = Callable[[str, int, float], SerialPort]
 
 
+def _port_error_types() -> tuple[type[BaseException], ...]:
+    # pyserial wraps read/write failures in SerialException (an OSError), but flushing calls
+    # termios directly, and termios.error is not an OSError: a vanished tty raises it with EIO.
+    try:
+        import termios
+    except ImportError:  # pragma: no cover - not POSIX
+        return (OSError,)
+    return (OSError, termios.error)
+
+
+#: exceptions a serial port raises when the device is gone (USB unplug) or misbehaves
+PORT_ERRORS = _port_error_types()
+
+
 def open_serial(path: str, baud: int, timeout_s: float) -> SerialPort:
     """Open a real serial port (or a pty slave) with pyserial.
 

@@ -245,7 +245,12 @@ class ServoSimulator:
         if cut:
             packet = packet[:-2]
         if f.delay_s:
-            time.sleep(f.delay_s)
+            # Half-duplex bus: if the host starts a new packet before a late reply goes out, the
+            # two collide and the reply is lost. Waiting on the master also keeps the sim responsive.
+            ready, _, _ = select.select([self._master], [], [], f.delay_s)
+            if ready:
+                self.received["collisions"] += 1
+                return
         if self._plugged:
             with contextlib.suppress(OSError):
                 os.write(self._master, packet)

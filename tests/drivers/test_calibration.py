@@ -1,0 +1,127 @@
+"""Calibration: conversions, file formats (TOML and LeRobot JSON), and errors that name the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drivers.calibration import JointCalibration, dump_toml, load_calibration
+from drivers.config import ArmConfig
+from drivers.errors import CalibrationError
+from runtime.configtools import from_mapping
+from runtime.errors import ConfigError
+
+LEROBOT_SO101 = {
+    "shoulder_pan": {"id": 1, "drive_mode": 0, "homing_offset": -1470, "range_min": 758, "range_max": 3292},
+    "shoulder_lift": {"id": 2, "drive_mode": 0, "homing_offset": 160, "range_min": 812, "range_max": 3210},
+    "elbow_flex": {"id": 3, "drive_mode": 0, "homing_offset": -1154, "range_min": 880, "range_max": 3092},
+    "wrist_flex": {"id": 4, "drive_mode": 0, "homing_offset": 1020, "range_min": 845, "range_max": 3175},
+    "wrist_roll": {"id": 5, "drive_mode": 0, "homing_offset": -205, "range_min": 0, "range_max": 4095},
+    "gripper": {"id": 6, "drive_mode": 0, "homing_offset": 1332, "range_min": 2021, "range_max": 3398},
+}
+
+
+def test_degrees_match_lerobot_formula() -> None:
+    j = JointCalibration(id=1, range_min=758, range_max=3292)
+    mid = (758 + 3292) / 2
+    for raw in (758, 2025, 3292, 100):
+        assert j.to_user(raw) == pytest.approx((raw - mid) * 360 / 4095)
+
+
+@pytest.mark.parametrize("drive_mode", [0, 1])
+def test_ticks_degrees_round_trip(drive_mode: int) -> None:
+    j = JointCalibration(id=1, range_min=758, range_max=3292, drive_mode=drive_mode)
+    for raw in range(758, 3293):
+        back, clamped = j.to_raw(j.to_user(raw))
+        assert (back, clamped) == (raw, False)
+
+
+@pytest.mark.parametrize("drive_mode", [0, 1])
+def test_gripper_percent_round_trip(drive_mode: int) -> None:
+    g = JointCalibration(id=6, range_min=2021, range_max=3398, mode="percent", drive_mode=drive_mode)
+    assert g.to_user(2021) == (100.0 if drive_mode else 0.0)
+    assert g.to_user(3398) == (0.0 if drive_mode else 100.0)
+    for raw in range(2021, 3399):
+        assert g.to_raw(g.to_user(raw)) == (raw, False)
+    assert g.to_raw(150.0)[1] is True
+
+
+def test_reads_lerobot_json(tmp_path: Path) -> None:
+    path = tmp_path / "so101_follower.json"
+    path.write_text(json.dumps(LEROBOT_SO101))
+    cal = load_calibration(path)
+    assert list(cal.joints) == list(LEROBOT_SO101)
+    assert cal.joints["gripper"].mode == "percent"
+    assert cal.joints["shoulder_pan"].mode == "degrees"
+    assert cal.joints["shoulder_pan"].homing_offset == -1470
+    # Converting to TOML and back gives the same calibration.
+    toml_path = tmp_path / "so101.toml"
+    toml_path.write_text(dump_toml(cal))
+    assert load_calibration(toml_path).joints == cal.joints
+
+
+def test_shipped_sim_calibration_matches_lerobot_layout() -> None:
+    cal = load_calibration(Path(__file__).resolve().parents[2] / "configs/calibration/so101_sim.toml")
+    assert cal.model == "so101"
+    assert [j.id for j in cal.joints.values()] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    ("joint_patch", "message"),
+    [
+        (
+            {"range_min": 3000, "range_max": 1000},
+            r"joint 'elbow_flex'.*range_min 3000 must be below range_max 1000",
+        ),
+        ({"range_max": 5000}, r"joint 'elbow_flex'.*range_max 5000 is outside 0..4095"),
+        (
+            {"homing_offset": "12"},
+            r"joint 'elbow_flex'.*joints.elbow_flex.homing_offset: expected an integer",
+        ),
+        ({"drive_mode": 2}, r"joint 'elbow_flex'.*drive_mode must be 0 or 1"),
+        ({"colour": "red"}, r"joint 'elbow_flex'.*unknown key\(s\) colour"),
+        ({"id": None}, r"joint 'elbow_flex'.*joints.elbow_flex.id: expected an integer"),
+    ],
+)
+def test_bad_calibration_names_joint_and_key(
+    tmp_path: Path, joint_patch: dict[str, object], message: str
+) -> None:
+    data = json.loads(json.dumps(LEROBOT_SO101))
+    data["elbow_flex"].update(joint_patch)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=message):
+        load_calibration(path)
+
+
+def test_bad_calibration_files(tmp_path: Path) -> None:
+    dup = json.loads(json.dumps(LEROBOT_SO101))
+    dup["gripper"]["id"] = 1
+    (tmp_path / "dup.json").write_text(json.dumps(dup))
+    with pytest.raises(CalibrationError, match="'shoulder_pan' and 'gripper' both use servo id 1"):
+        load_calibration(tmp_path / "dup.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(CalibrationError, match="not valid JSON"):
+        load_calibration(tmp_path / "broken.json")
+    (tmp_path / "x.toml").write_text("joints = 3\n")
+    with pytest.raises(CalibrationError, match="expected a table of joints"):
+        load_calibration(tmp_path / "x.toml")
+    (tmp_path / "y.toml").write_text('model = "so101"\nextra = 1\n')
+    with pytest.raises(CalibrationError, match="unknown key\\(s\\) extra"):
+        load_calibration(tmp_path / "y.toml")
+    with pytest.raises(CalibrationError, match="does not exist"):
+        load_calibration(tmp_path / "missing.json")
+
+
+def test_arm_config_from_toml_table() -> None:
+    cfg = from_mapping(ArmConfig, {"kind": "feetech", "port": "/dev/ttyACM0", "retries": 3}, "arm")
+    assert cfg.retries == 3 and cfg.disable_torque_on_disconnect is True
+    assert from_mapping(ArmConfig, {}, "arm").kind == "sim"
+    with pytest.raises(ConfigError, match=r"arm\.kind: expected one of"):
+        from_mapping(ArmConfig, {"kind": "servo"}, "arm")
+    with pytest.raises(ConfigError, match="port is required"):
+        from_mapping(ArmConfig, {"kind": "dynamixel"}, "arm")
+    with pytest.raises(ConfigError, match=r"arm\.timeout_ms: expected an integer"):
+        from_mapping(ArmConfig, {"timeout_ms": "fast"}, "arm")

@@ -1,0 +1,123 @@
+"""Packet encoding/decoding against the vendors' published worked examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from drivers.dynamixel import protocol as dxl
+from drivers.errors import ChecksumError, GarbledPacketError
+from drivers.feetech import protocol as ft
+from drivers.registers import Register
+
+
+def h(text: str) -> bytes:
+    return bytes.fromhex(text)
+
+
+# --- Dynamixel Protocol 2.0: examples from the ROBOTIS e-manual, "DYNAMIXEL Protocol 2.0" page
+# (emanual.robotis.com/docs/en/dxl/protocol2/), sections Ping, Read, Write, Sync Read, Sync Write.
+
+
+def test_dxl_ping_example() -> None:
+    assert dxl.CODEC.ping(1) == h("FF FF FD 00 01 03 00 01 19 4E")
+
+
+def test_dxl_ping_status_example() -> None:
+    # e-manual Ping example status: ID 1, model number 1030 (0x0406), firmware 0x26.
+    st = dxl.CODEC.decode_status(h("FF FF FD 00 01 07 00 55 00 06 04 26 65 5D"))
+    assert (st.servo_id, st.error, st.params) == (1, 0, h("06 04 26"))
+
+
+def test_dxl_read_example_and_crc() -> None:
+    # Read ID 1, address 132 (Present Position), 4 bytes; the CRC example of the e-manual is this
+    # same packet: CRC over the first 12 bytes is 0x151D, sent low byte first.
+    packet = dxl.CODEC.read(1, 132, 4)
+    assert packet == h("FF FF FD 00 01 07 00 02 84 00 04 00 1D 15")
+    assert dxl.crc16(packet[:-2]) == 0x151D
+
+
+def test_dxl_read_status_example() -> None:
+    st = dxl.CODEC.decode_status(h("FF FF FD 00 01 08 00 55 00 A6 00 00 00 8C C0"))
+    assert (st.servo_id, st.error, int.from_bytes(st.params, "little")) == (1, 0, 166)
+
+
+def test_dxl_write_example() -> None:
+    # Write 512 to Goal Position (116) of ID 1.
+    assert dxl.CODEC.write(1, 116, (512).to_bytes(4, "little")) == h(
+        "FF FF FD 00 01 09 00 03 74 00 00 02 00 00 CA 89"
+    )
+
+
+def test_dxl_sync_read_example() -> None:
+    assert dxl.CODEC.sync_read([1, 2], 132, 4) == h("FF FF FD 00 FE 09 00 82 84 00 04 00 01 02 CE FA")
+
+
+def test_dxl_sync_write_example() -> None:
+    items = [(1, (150).to_bytes(4, "little")), (2, (170).to_bytes(4, "little"))]
+    assert dxl.CODEC.sync_write(116, 4, items) == h(
+        "FF FF FD 00 FE 11 00 83 74 00 04 00 01 96 00 00 00 02 AA 00 00 00 82 87"
+    )
+
+
+def test_dxl_bad_crc_is_a_checksum_error() -> None:
+    with pytest.raises(ChecksumError):
+        dxl.CODEC.decode_status(h("FF FF FD 00 01 08 00 55 00 A6 00 00 00 8C C1"))
+
+
+def test_dxl_byte_stuffing_round_trip() -> None:
+    # Not a vendor example: checks the stuffing rule (FF FF FD -> FF FF FD FD) and its inverse.
+    params = h("FF FF FD 00 FF FF FD")
+    packet = dxl.CODEC.status(3, 0, params)
+    assert packet.count(h("FF FF FD FD")) == 2
+    assert int.from_bytes(packet[5:7], "little") == len(packet) - 7
+    assert dxl.CODEC.decode_status(packet).params == params
+    assert dxl.unstuff(dxl.stuff(h("FF FF FD FD"))) == h("FF FF FD FD")
+
+
+def test_dxl_error_decoding() -> None:
+    assert dxl.decode_error(0x80, 0x20) == ("overload",)
+    assert dxl.decode_error(0x07) == ("access error",)
+
+
+# --- Feetech SCS/STS: the protocol uses the Dynamixel 1.0 frame. Ping example from the Feetech
+# protocol manual ("PING" instruction, ID 1). The read example is from the ROBOTIS DX/RX-series
+# manual's Protocol 1.0 section (read internal temperature, address 0x2B), same frame and checksum.
+
+
+def test_feetech_ping_example() -> None:
+    assert ft.CODEC.ping(1) == h("FF FF 01 02 01 FB")
+
+
+def test_feetech_read_example_protocol1() -> None:
+    assert ft.CODEC.read(1, 0x2B, 1) == h("FF FF 01 04 02 2B 01 CC")
+    st = ft.CODEC.decode_status(h("FF FF 01 03 00 20 DB"))
+    assert (st.servo_id, st.error, st.params) == (1, 0, b"\x20")
+
+
+def test_feetech_sync_write_layout() -> None:
+    packet = ft.CODEC.sync_write(42, 2, [(1, b"\x00\x08"), (2, b"\xff\x07")])
+    assert packet[:7] == h("FF FF FE 0A 83 2A 02")
+    assert packet[7:-1] == h("01 00 08 02 FF 07")
+    assert packet[-1] == ft.checksum(packet[2:-1])
+
+
+def test_feetech_corrupt_and_short_packets() -> None:
+    with pytest.raises(ChecksumError):
+        ft.CODEC.decode_status(h("FF FF 01 03 00 20 DC"))
+    with pytest.raises(GarbledPacketError):
+        ft.CODEC.decode_status(h("FF FF 01 03 00 20"))
+    with pytest.raises(GarbledPacketError):
+        ft.CODEC.body_length(h("FE FF 01 03"))
+
+
+def test_feetech_error_bits() -> None:
+    assert ft.decode_error(0x20 | 0x04) == ("overheat", "overload")
+
+
+def test_register_encodings() -> None:
+    sm = Register(31, 2, sign_bit=11)
+    assert sm.encode(-5) == (1 << 11) | 5 and sm.decode(sm.encode(-5)) == -5
+    tc = Register(132, 4, twos_complement=True)
+    assert tc.to_bytes(-1) == b"\xff\xff\xff\xff" and tc.from_bytes(b"\xff\xff\xff\xff") == -1
+    with pytest.raises(ValueError):
+        Register(42, 2).encode(70000)
