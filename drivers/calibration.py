@@ -16,7 +16,6 @@ Files: TOML (``configs/calibration/*.toml``, see :func:`load_calibration`) or Le
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,7 +203,3 @@ def dump_toml(cal: Calibration) -> str:
             "",
         ]
     return "\n".join(lines)
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
