@@ -25,10 +25,28 @@ class _JournalFormatter(logging.Formatter):
         return f"<{priority}>{super().format(record)}"
 
 
-def setup_logging(level: str | int = "INFO", *, stream: object = None) -> None:
-    """Configure the root logger once for a CLI or daemon process."""
-    out = stream if stream is not None else sys.stderr
-    handler = logging.StreamHandler(out)  # type: ignore[arg-type]
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of each record (it may be replaced later)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
+def setup_logging(level: str | int = "INFO") -> None:
+    """Configure the root logger for a CLI or daemon process.
+
+    Only a handler installed by an earlier call is replaced; handlers others attached (a test
+    harness, an embedding application) are left in place.
+    """
+    handler = _StderrHandler()
     if os.environ.get("JOURNAL_STREAM"):
         handler.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
     else:
@@ -37,6 +55,7 @@ def setup_logging(level: str | int = "INFO", *, stream: object = None) -> None:
         )
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if isinstance(old, _StderrHandler):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level if isinstance(level, int) else level.upper())

@@ -26,6 +26,7 @@ def sha256_file(path: Path) -> str:
 
 @dataclass(frozen=True)
 class TestCase:
+    __test__ = False  # a bundle test case, not a pytest class
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     tolerance: dict[str, float]

@@ -82,6 +82,7 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class TestCaseEntry:
+    __test__ = False  # a bundle test case, not a pytest class
     file: str
     sha256: str
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))

@@ -18,7 +18,8 @@ class EngineConfig:
     ``bundle`` empty means the built-in demo bundle (built on first use). ``devices`` is a preference
     list: the first one OpenVINO sees *and* the bundle has a program for is used. ``cpus`` is the
     inference CPU set (empty: every CPU but the control-loop CPU); ``threads`` 0 means one per CPU of
-    that set. ``precision`` "auto" keeps the precision the program was lowered with.
+    that set. ``precision`` "auto" keeps the precision the program was lowered with. The parity
+    replay is the first (cold) inference; ``warmup_runs`` more follow it before the engine is ready.
     """
 
     bundle: str = ""
@@ -29,7 +30,7 @@ class EngineConfig:
     control_cpu: int = 0
     threads: int = 0
     cache_dir: str = ""
-    warmup_runs: int = 3
+    warmup_runs: int = 1
     allow_parity_failure: bool = False
 
     def __post_init__(self) -> None:

@@ -82,6 +82,12 @@ class ExecuTorchEngine(Engine):
                 "to apply the hint",
                 requested_precision, device, precision,
             )
+        if device == "CPU" and threads > len(cpus):
+            log.warning(
+                "OpenVINO's CPU plugin was set up before inference was pinned to CPUs %s: the executorch "
+                "engine will run %d threads on them (load the engine first in a fresh process, or use "
+                "--engine openvino, which sets the thread count)", cpus, threads,
+            )
         info = EngineInfo(
             engine="executorch",
             device=device,

@@ -111,6 +111,9 @@ class OpenVINOEngine(Engine):
                 f"manifest declares {len(manifest.inputs)} / {len(manifest.outputs)}"
             )
         for spec, port in zip(manifest.inputs, compiled.inputs, strict=True):
+            partial = port.get_partial_shape()
+            if not partial.is_static:
+                continue  # dynamic dimensions: the manifest's static shape is one the program accepts
             shape = tuple(int(d) for d in port.get_shape())
             if shape != spec.shape:
                 raise BundleError(

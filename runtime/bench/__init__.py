@@ -1,0 +1,1 @@
+"""Benchmarks behind ``lerobot-runtime bench``: ratios measured side by side in one run."""

@@ -1,0 +1,114 @@
+"""The export / lower / check / bench engine commands, end to end on a tiny real model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.bundle.bundle import sha256_file
+from runtime.bundle.manifest import read_manifest
+from runtime.cli import main
+from runtime.engine.devices import present_devices
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = f"{ROOT / 'examples' / 'tiny_policy.py'}:make_tiny_policy"
+
+pytestmark = pytest.mark.export
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "bundle"
+    assert main(["export", "--factory", TINY, "--out", str(out), "--name", "tiny",
+                 "--action-names", "a,b,c,d,e,f", "--control-rate-hz", "50"]) == 0
+    return out
+
+
+def _check(*args: str) -> tuple[int, dict[str, object]]:
+    proc = subprocess.run([sys.executable, "-m", "runtime", "check", *args, "--json", "--runs", "3"],
+                          capture_output=True, text=True, check=False, cwd=ROOT)
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_export_writes_a_complete_bundle(tiny_bundle: Path) -> None:
+    m = read_manifest(tiny_bundle)
+    assert m.policy_name == "tiny"
+    assert [(i.name, i.dtype, i.shape, i.role) for i in m.inputs] == [
+        ("observation.images.front", "uint8", (32, 32, 3), "image"),
+        ("observation.state", "float32", (6,), "state"),
+    ]
+    assert m.chunk_length == 10 and m.action_names == ("a", "b", "c", "d", "e", "f")
+    assert m.control_rate_hz == 50.0
+    assert m.programs["CPU"].delegation == "full" and m.programs["CPU"].precision == "f32"
+    assert m.portable_program is not None and (tiny_bundle / m.portable_program.file).is_file()
+    assert {"torch", "executorch", "openvino", "lerobot_runtime"} <= set(m.tools)
+
+
+def test_check_json_reports_what_runs(tiny_bundle: Path) -> None:
+    code, result = _check(str(tiny_bundle), "--engine", "openvino", "--precision", "f32")
+    assert code == 0
+    for key in ("engine", "device", "precision", "threads", "parity", "latency_ms", "torch_imported"):
+        assert key in result
+    assert result["engine"] == "openvino" and result["device"] == "CPU" and result["precision"] == "f32"
+    parity = result["parity"]
+    assert isinstance(parity, dict) and parity["ok"] is True and parity["max_abs_err"] <= parity["tolerance"]
+    latency = result["latency_ms"]
+    assert isinstance(latency, dict) and 0 < latency["median"] <= latency["p90"]
+    assert result["torch_imported"] is False
+
+
+def test_check_exits_non_zero_when_the_bundle_cannot_serve(tiny_bundle: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_bundle, broken)
+    (broken / "program_cpu.pte").write_bytes(b"damaged")
+    code, result = _check(str(broken))
+    assert code == 2 and result["ok"] is False
+    assert "sha256" in str(result["error"])
+    missing = next((d for d in ("NPU", "GPU") if d not in present_devices()), None)
+    if missing:
+        code, result = _check(str(tiny_bundle), "--device", missing)
+        assert code == 2 and "not present" in str(result["error"])
+
+
+def test_lower_adds_a_program_from_the_portable_export(tiny_bundle: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "b"
+    shutil.copytree(tiny_bundle, copy)
+    # a bundle carried to another machine: the program is re-made there from model.pt2
+    assert main(["lower", str(copy), "--device", "CPU", "--precision", "bf16"]) == 0
+    m = read_manifest(copy)
+    assert m.programs["CPU"].precision == "bf16"
+    assert m.programs["CPU"].sha256 == sha256_file(copy / m.programs["CPU"].file)
+    code, result = _check(str(copy))
+    assert code == 0 and isinstance(result["parity"], dict) and result["parity"]["ok"]
+
+
+def test_export_for_an_absent_device_names_the_present_ones(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    missing = next((d for d in ("NPU", "GPU") if d not in present_devices()), None)
+    if missing is None:
+        pytest.skip("both GPU and NPU are present")
+    assert main(["export", "--factory", TINY, "--out", str(tmp_path / "x"), "--device", missing]) == 2
+    assert f"OpenVINO does not see a {missing} on this machine (it sees: CPU" in caplog.text
+    assert main(["lower", str(tmp_path / "nope"), "--device", "CPU"]) == 2
+
+
+def test_bad_factory_spec(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert main(["export", "--factory", "no_colon", "--out", str(tmp_path)]) == 2
+    assert "expected FILE.py:FUNC or module:FUNC" in caplog.text
+    assert main(["export", "--factory", f"{ROOT / 'examples' / 'tiny_policy.py'}:nope", "--out", str(tmp_path)]) == 2
+    assert "has no function 'nope'" in caplog.text
+
+
+def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "engine", "--factory", TINY, "--runs", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    names = [r["name"] for r in result["rows"]]
+    assert names == ["eager_pytorch_f32", "openvino_f32", "openvino_bf16", "executorch_default"]
+    for row in result["rows"]:
+        assert row["median_ms"] > 0 and row["speedup_vs_eager"] > 0
+    assert result["rows"][1]["max_abs_err"] < 2e-5  # f32 engine matches eager
+    assert result["cold_start"]["torch_imported"] is False

@@ -1,0 +1,239 @@
+"""Both engines on real exported programs, against eager PyTorch, on the CPU this machine has."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime.bundle.bundle import Bundle, sha256_bytes
+from runtime.engine.base import Engine
+from runtime.engine.config import EngineConfig
+from runtime.engine.devices import choose_device, present_devices
+from runtime.engine.loader import LoadReport, load_engine
+from runtime.errors import ConfigError, DeviceError, InputValidationError, ParityError
+
+
+def _load(bundle: Path, **kw: object) -> tuple[Engine, LoadReport]:
+    report = LoadReport()
+    engine = load_engine(EngineConfig(bundle=str(bundle), warmup_runs=0, **kw), report=report)  # type: ignore[arg-type]
+    return engine, report
+
+
+def _eager_reference(bundle: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Run the demo policy in eager PyTorch on the bundle's test inputs (independent of the bundle's own record)."""
+    import torch
+
+    from runtime.policies.act import make_demo_policy
+
+    model, example = make_demo_policy()
+    inputs = Bundle.open(bundle).test_case().inputs
+    with torch.inference_mode():
+        out = model(*(torch.from_numpy(inputs[k]) for k in example)).numpy()
+    return inputs, out
+
+
+@pytest.mark.parametrize("engine_name", ["openvino", "executorch"])
+def test_engine_matches_eager_pytorch(demo_bundle: Path, engine_name: str) -> None:
+    inputs, eager = _eager_reference(demo_bundle)
+    engine, report = _load(demo_bundle, engine=engine_name)
+    out = engine.infer(inputs)
+    assert set(out) == {"action"}
+    assert out["action"].shape == (100, 6) and out["action"].dtype == np.float32
+    tol = 2e-5 if engine.info.precision == "f32" else 0.075
+    np.testing.assert_allclose(out["action"], eager, atol=tol, rtol=0)
+    assert report.parity is not None and report.parity.ok
+    assert report.parity.tolerance == tol
+    # a different observation gives a different chunk: the program really computes
+    other = dict(inputs, **{"observation.state": inputs["observation.state"] + 1.0})
+    assert not np.allclose(engine.infer(other)["action"], out["action"])
+    engine.close()
+
+
+def test_auto_picks_openvino_for_a_fully_delegated_program(demo_bundle: Path) -> None:
+    engine, report = _load(demo_bundle)
+    assert engine.info.engine == "openvino"
+    assert "one OpenVINO delegate" in report.engine_reason
+
+
+def test_openvino_engine_never_imports_torch(demo_bundle: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from runtime.engine.config import EngineConfig\n"
+        "from runtime.engine.loader import load_engine\n"
+        f"e = load_engine(EngineConfig(bundle={str(demo_bundle)!r}, engine='openvino'))\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'executorch': 'executorch' in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "executorch": False}
+
+
+def test_precision_is_read_back_from_openvino(demo_bundle: Path) -> None:
+    import openvino as ov
+
+    f32, _ = _load(demo_bundle, engine="openvino", precision="f32")
+    assert f32.info.precision == "f32"
+    bf16, report = _load(demo_bundle, engine="openvino", precision="bf16")
+    native_bf16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    # what the device really runs, not the request echoed: f32 on CPUs without native bf16
+    assert bf16.info.precision == ("bf16" if native_bf16 else "f32")
+    assert report.parity is not None and report.parity.tolerance == (0.075 if native_bf16 else 2e-5)
+
+
+def test_executorch_engine_says_when_it_cannot_apply_the_precision(demo_bundle: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import openvino as ov
+
+    caplog.set_level(logging.WARNING)
+    engine, _ = _load(demo_bundle, engine="executorch", precision="f32")
+    default = "bf16" if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES") else "f32"
+    assert engine.info.precision == default
+    if default != "f32":
+        assert "cannot apply INFERENCE_PRECISION_HINT=f32" in caplog.text
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to keep one for the control loop")
+def test_inference_is_pinned_apart_from_the_control_cpu(demo_bundle: Path) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    control = allowed[0]
+    engine, _ = _load(demo_bundle, engine="openvino", control_cpu=control)
+    assert control not in engine.info.cpus
+    assert set(engine.info.cpus) == set(allowed) - {control}
+    assert os.sched_getaffinity(0) == set(engine.info.cpus)  # the loading (inference) thread
+    assert engine.info.threads == len(allowed) - 1  # read back from OpenVINO
+
+
+def test_explicit_cpu_set_and_threads_are_read_back(demo_bundle: Path) -> None:
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    engine, _ = _load(demo_bundle, engine="openvino", cpus=(cpu,), threads=1)
+    assert engine.info.cpus == (cpu,)
+    assert engine.info.threads == 1
+
+
+def test_executorch_threads_follow_the_cpu_set_in_a_fresh_process(demo_bundle: Path) -> None:
+    """ExecuTorch passes no thread count: OpenVINO sizes its pool from the affinity at plugin start."""
+    import subprocess
+    import sys
+
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    out = subprocess.run(
+        [sys.executable, "-m", "runtime", "check", str(demo_bundle), "--engine", "executorch",
+         "--cpus", str(cpu), "--runs", "2", "--json"],
+        capture_output=True, text=True, check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["engine"] == "executorch"
+    assert result["cpus"] == [cpu]
+    assert result["threads"] == 1
+    assert result["torch_imported"] is True
+
+
+def test_unavailable_cpu_is_a_config_error(demo_bundle: Path) -> None:
+    with pytest.raises(ConfigError, match=r"engine.cpus: CPU\(s\) \[4096\] are not available"):
+        _load(demo_bundle, cpus=(4096,))
+
+
+def test_device_preference_skips_absent_devices_with_reasons(demo_bundle: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    present = present_devices()
+    assert "CPU" in present
+    engine, report = _load(demo_bundle, devices=("NPU", "GPU", "CPU"))
+    assert engine.info.device == "CPU"
+    for dev in ("NPU", "GPU"):
+        if dev not in present:
+            assert any(r.startswith(f"{dev}: not present (OpenVINO sees") for r in report.skipped_devices)
+            assert f"device skipped: {dev}: not present" in caplog.text
+
+
+def test_absent_device_only_is_refused_naming_what_is_there(demo_bundle: Path) -> None:
+    missing = next((d for d in ("NPU", "GPU") if d not in present_devices()), None)
+    if missing is None:
+        pytest.skip("this machine has both a GPU and an NPU")
+    with pytest.raises(DeviceError, match=rf"{missing}: not present \(OpenVINO sees .*CPU"):
+        _load(demo_bundle, devices=(missing,))
+
+
+def test_choose_device_rules() -> None:
+    programs = {"CPU": object(), "GPU": object()}
+    c = choose_device(["NPU", "GPU", "CPU"], ["CPU", "GPU", "NPU"], programs, "b")
+    assert c.device == "GPU"
+    assert c.skipped == ("NPU: present, but the bundle has no NPU program (make one with: lerobot-runtime lower b --device NPU)",)
+    c = choose_device(["GPU", "CPU"], ["CPU"], programs, "b")
+    assert c.device == "CPU" and c.skipped[0].startswith("GPU: not present")
+    with pytest.raises(DeviceError, match="no usable inference device: NPU: not present .*Bundle programs: CPU, GPU"):
+        choose_device(["NPU"], ["CPU"], programs, "b")
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (lambda o: o.pop("observation.state"), "observation.state", "missing input(s) 'observation.state'"),
+        (lambda o: o.update(extra=np.zeros(1)), "extra", "unexpected input(s) 'extra'"),
+        (lambda o: o.update({"observation.state": np.zeros(6, np.float64)}), "observation.state",
+         "input 'observation.state': expected dtype float32, got float64"),
+        (lambda o: o.update({"observation.state": np.zeros(7, np.float32)}), "observation.state",
+         "input 'observation.state': expected shape [6], got [7]"),
+        (lambda o: o.update({"observation.images.front": np.zeros((96, 128), np.uint8)}), "observation.images.front",
+         "expected shape [96, 128, 3], got [96, 128]"),
+        (lambda o: o.update({"observation.state": [0.0] * 6}), "observation.state",
+         "expected a numpy array of float32[6], got list"),
+    ],
+)
+def test_bad_inputs_are_named(demo_engine: Engine, demo_bundle: Path, change: object, field: str, message: str) -> None:
+    obs = dict(Bundle.open(demo_bundle).test_case().inputs)
+    change(obs)  # type: ignore[operator]
+    with pytest.raises(InputValidationError) as err:
+        demo_engine.infer(obs)
+    assert err.value.field == field
+    assert message in str(err.value)
+    # the engine keeps serving after a bad request
+    good = Bundle.open(demo_bundle).test_case()
+    np.testing.assert_allclose(demo_engine.infer(good.inputs)["action"], good.outputs["action"], atol=2e-5)
+
+
+def _tamper_reference(bundle: Path, delta: float) -> None:
+    case = Bundle.open(bundle).test_case()
+    arrays = {f"input/{k}": v for k, v in case.inputs.items()}
+    ref = case.outputs["action"].copy()
+    ref[42, 3] += delta
+    arrays["output/action"] = ref
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    (bundle / "test_case.npz").write_bytes(buf.getvalue())
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["test_case"]["sha256"] = sha256_bytes(buf.getvalue())
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_parity_failure_refuses_to_serve(bundle_copy: Path) -> None:
+    _tamper_reference(bundle_copy, 0.5)
+    with pytest.raises(ParityError) as err:
+        _load(bundle_copy, engine="openvino", precision="f32")
+    text = str(err.value)
+    assert "refusing to serve" in text
+    assert "in output 'action' at [42, 3]" in text
+    assert "max abs error 0.5" in text
+    assert "tolerance 2e-05" in text
+
+
+def test_parity_failure_can_be_overridden(bundle_copy: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _tamper_reference(bundle_copy, 0.5)
+    engine, report = _load(bundle_copy, engine="openvino", precision="f32", allow_parity_failure=True)
+    assert report.parity is not None and not report.parity.ok
+    assert report.parity.index == (42, 3)
+    assert "parity FAILED but allow_parity_failure is set" in caplog.text
+    assert engine.infer(Bundle.open(bundle_copy).test_case().inputs)["action"].shape == (100, 6)
+
+
+def test_load_report_times_every_step(demo_bundle: Path) -> None:
+    _, report = _load(demo_bundle)
+    assert set(report.timing_ms) == {"load", "parity", "warmup", "ready"}
+    assert report.timing_ms["ready"] >= report.timing_ms["load"] + report.timing_ms["parity"]

@@ -1,0 +1,147 @@
+"""Real failures: a program whose execution fails inside OpenVINO, and a partially delegated program."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from runtime.bundle.manifest import Manifest, TensorSpec, TestCaseEntry
+from runtime.bundle.pte import parse_program
+from runtime.engine.config import EngineConfig
+from runtime.engine.loader import LoadReport, load_engine
+from runtime.errors import BundleError, InferenceError
+
+pytestmark = pytest.mark.export
+
+
+@pytest.fixture(scope="module")
+def mismatch_program() -> bytes:
+    """``x * 2 + y`` with one dynamic length shared by x and y.
+
+    ExecuTorch checks each input against its own bounds only, so x of length 3 and y of length 5 reach
+    OpenVINO, whose element-wise shape inference then fails: a real delegate execution failure.
+    """
+    import torch
+    from torch.export import Dim
+
+    from runtime.bundle.export import lower_program
+
+    class AddScaled(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x * 2.0 + y
+
+    n = Dim("n", min=1, max=16)
+    ep = torch.export.export(AddScaled(), (torch.randn(4), torch.randn(4)), dynamic_shapes={"x": {0: n}, "y": {0: n}})
+    return lower_program(ep, "CPU")
+
+
+def _manifest() -> Manifest:
+    spec = TensorSpec("x", "float32", (16,))
+    return Manifest(
+        policy_name="add", inputs=(spec, TensorSpec("y", "float32", (16,))),
+        outputs=(TensorSpec("action", "float32", (16,), "action"),), action_output="action",
+        chunk_length=16, action_names=("j",), control_rate_hz=30.0, programs={},
+        test_case=TestCaseEntry("t.npz", "0" * 64),
+    )
+
+
+def _bad_inputs() -> list[np.ndarray]:
+    return [np.ones(3, np.float32), np.ones(5, np.float32)]
+
+
+def test_executorch_failure_carries_openvinos_reason(mismatch_program: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    from runtime.engine.executorch_engine import ExecuTorchEngine
+
+    method = parse_program(mismatch_program)["forward"]
+    engine = ExecuTorchEngine(
+        _manifest(), mismatch_program, method, device="CPU", bundle="add-bundle", program="p.pte",
+        requested_precision=None, cpus=[0],
+    )
+    ok = engine.run_validated([np.ones(4, np.float32), np.full(4, 0.5, np.float32)])
+    np.testing.assert_allclose(ok["action"][:4], 2.5)
+
+    caplog.set_level(logging.ERROR)
+    with pytest.raises(InferenceError) as err:
+        engine.run_validated(_bad_inputs())
+    reason = err.value.backend_reason
+    assert reason is not None
+    # OpenVINO's own words, not just ExecuTorch's status code
+    assert "Exception from src/" in reason
+    assert "mismatch" in reason
+    assert "OpenVINO says:" in str(err.value)
+    assert "add-bundle" in str(err.value) and "method forward" in str(err.value) and "CPU" in str(err.value)
+    assert reason in caplog.text
+    # the engine still works after the failure
+    again = engine.run_validated([np.ones(2, np.float32), np.ones(2, np.float32)])
+    np.testing.assert_allclose(again["action"][:2], 3.0)
+
+
+def test_openvino_engine_failure_carries_openvinos_reason(mismatch_program: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    from runtime.engine.openvino_engine import OpenVINOEngine
+
+    method = parse_program(mismatch_program)["forward"]
+    engine = OpenVINOEngine(
+        _manifest(), method, device="CPU", bundle="add-bundle", program="p.pte", precision="f32",
+        # with INFERENCE_NUM_THREADS=1 this OpenVINO CPU plugin returns an empty output instead of failing
+        threads=2, cpus=[0],
+    )
+    caplog.set_level(logging.ERROR)
+    with pytest.raises(InferenceError) as err:
+        engine.run_validated(_bad_inputs())
+    assert err.value.backend_reason and "mismatch" in err.value.backend_reason
+    assert err.value.backend_reason in caplog.text
+    np.testing.assert_allclose(engine.run_validated([np.ones(2, np.float32)] * 2)["action"], 3.0)
+
+
+def _atan_policy() -> tuple[Any, dict[str, Any]]:
+    import torch
+
+    class Atan(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 12)
+
+        def forward(self, state: torch.Tensor) -> torch.Tensor:
+            h = self.fc(state).reshape(2, 6)
+            # aten.atan2 has no OpenVINO conversion in this backend: it stays on ExecuTorch's kernels
+            return torch.atan2(h, torch.ones_like(h)) * 2.0
+
+    torch.manual_seed(0)
+    return Atan().eval(), {"observation.state": torch.randn(6)}
+
+
+@pytest.fixture(scope="module")
+def partial_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from runtime.bundle.export import export_bundle
+
+    return export_bundle(_atan_policy, tmp_path_factory.mktemp("partial") / "b", policy_name="atan").path
+
+
+def test_partially_delegated_program_runs_on_executorch(partial_bundle: Path) -> None:
+    from runtime.bundle.manifest import read_manifest
+
+    assert read_manifest(partial_bundle).programs["CPU"].delegation == "partial"
+    report = LoadReport()
+    engine = load_engine(EngineConfig(bundle=str(partial_bundle), warmup_runs=0), report=report)
+    assert engine.info.engine == "executorch"
+    assert "atan2" in report.engine_reason
+    assert report.parity is not None and report.parity.ok
+
+
+def test_openvino_engine_refuses_a_partial_program(partial_bundle: Path) -> None:
+    with pytest.raises(BundleError, match="openvino engine cannot run this program: ops left on ExecuTorch kernels: .*atan2"):
+        load_engine(EngineConfig(bundle=str(partial_bundle), engine="openvino"))
+
+
+def test_not_a_program(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="not an ExecuTorch program: expected file identifier b'ET12'"):
+        parse_program(b"\x00" * 64, "x.pte")
+
+
+def test_truncated_program(mismatch_program: bytes) -> None:
+    with pytest.raises(BundleError, match="truncated|corrupt"):
+        parse_program(mismatch_program[: len(mismatch_program) // 2], "x.pte")
