@@ -45,9 +45,7 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(fields))}")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         kwargs[name] = _convert(value, hints[name], f"{where}.{name}" if where else name)

@@ -31,7 +31,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> object:
         return sys.stderr
 
@@ -50,9 +50,7 @@ def setup_logging(level: str | int = "INFO") -> None:
     if os.environ.get("JOURNAL_STREAM"):
         handler.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
-        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S"))
     root = logging.getLogger()
     for old in list(root.handlers):
         if isinstance(old, _StderrHandler):

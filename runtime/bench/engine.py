@@ -8,6 +8,7 @@ was imported on that path.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -32,8 +33,22 @@ def _stats(times: list[float]) -> tuple[float, float]:
 
 
 def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "runtime", "--log-level", "WARNING", "check", str(bundle),
-           "--engine", "openvino", "--precision", "f32", "--runs", "3", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runtime",
+        "--log-level",
+        "WARNING",
+        "check",
+        str(bundle),
+        "--engine",
+        "openvino",
+        "--precision",
+        "f32",
+        "--runs",
+        "3",
+        "--json",
+    ]
     if cpus:
         cmd += ["--cpus", ",".join(map(str, cpus))]
     if threads:
@@ -61,7 +76,7 @@ def run_engine_bench(
 
     from runtime.bundle.bundle import Bundle
     from runtime.bundle.export import export_bundle, load_factory
-    from runtime.engine.config import EngineConfig
+    from runtime.engine.config import EngineChoice, EngineConfig, PrecisionChoice
     from runtime.engine.loader import LoadReport, load_engine
     from runtime.engine.parity import compare
 
@@ -87,19 +102,27 @@ def run_engine_bench(
 
         candidates: list[tuple[str, Callable[[], dict[str, np.ndarray]], str]] = [("eager_pytorch_f32", eager, "f32")]
         engines = []
-        for name, kind, precision in (
+        variants: tuple[tuple[str, EngineChoice, PrecisionChoice], ...] = (
             ("openvino_f32", "openvino", "f32"),
             ("openvino_bf16", "openvino", "bf16"),
             ("executorch_default", "executorch", "auto"),
-        ):
+        )
+        for name, kind, precision in variants:
             report = LoadReport()
             engine = load_engine(
-                EngineConfig(bundle=str(bundle.path), engine=kind, precision=precision,  # type: ignore[arg-type]
-                             cpus=tuple(cpu_set), threads=n_threads, allow_parity_failure=True, warmup_runs=2),
+                EngineConfig(
+                    bundle=str(bundle.path),
+                    engine=kind,
+                    precision=precision,
+                    cpus=tuple(cpu_set),
+                    threads=n_threads,
+                    allow_parity_failure=True,
+                    warmup_runs=2,
+                ),
                 report=report,
             )
             engines.append(engine)
-            candidates.append((name, lambda e=engine: e.infer(inputs_np), engine.info.precision))
+            candidates.append((name, functools.partial(engine.infer, inputs_np), engine.info.precision))
 
         for _, fn, _ in candidates:  # warm every candidate once more after all are loaded
             fn()
@@ -112,17 +135,19 @@ def run_engine_bench(
                 times[name].append((time.perf_counter() - t) * 1e3)
         eager_median, _ = _stats(times["eager_pytorch_f32"])
         rows = []
-        for name, _, precision in candidates:
+        for name, _, ran_precision in candidates:
             median, p90 = _stats(times[name])
             err = compare(outputs[name], reference, float("inf")).max_abs_err
-            rows.append({
-                "name": name,
-                "precision": precision,
-                "median_ms": median,
-                "p90_ms": p90,
-                "speedup_vs_eager": eager_median / median,
-                "max_abs_err": err,
-            })
+            rows.append(
+                {
+                    "name": name,
+                    "precision": ran_precision,
+                    "median_ms": median,
+                    "p90_ms": p90,
+                    "speedup_vs_eager": eager_median / median,
+                    "max_abs_err": err,
+                }
+            )
         for e in engines:
             e.close()
         cs = cold_start(bundle.path, tuple(cpu_set), n_threads)

@@ -63,7 +63,9 @@ class Bundle:
 
     def file(self, name: str, where: str) -> Path:
         if "/" in name or "\\" in name or name in ("", ".", ".."):
-            raise BundleError(f"{self.path / 'manifest.json'}: field '{where}': expected a file name inside the bundle, got {name!r}")
+            raise BundleError(
+                f"{self.path / 'manifest.json'}: field '{where}': expected a file name inside the bundle, got {name!r}"
+            )
         f = self.path / name
         if not f.is_file():
             raise BundleFileNotFoundError(

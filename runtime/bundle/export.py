@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -128,8 +128,7 @@ def lower_program(exported: Any, device: str) -> bytes:
         from executorch.exir.backend.compile_spec_schema import CompileSpec
     except ImportError as e:
         raise MissingDependencyError(
-            f"lowering needs executorch with its OpenVINO backend and nncf ({e}): "
-            "pip install 'lerobot-runtime[export]'"
+            f"lowering needs executorch with its OpenVINO backend and nncf ({e}): pip install 'lerobot-runtime[export]'"
         ) from e
     try:
         edge = to_edge_transform_and_lower(
@@ -142,11 +141,13 @@ def lower_program(exported: Any, device: str) -> bytes:
 
 def _program_entry(data: bytes, device: str, file: str, precision: str) -> ProgramEntry:
     method = parse_program(data, file)["forward"]
-    delegation = "full" if method.single_delegate else "partial"
+    delegation: Literal["full", "partial"] = "full" if method.single_delegate else "partial"
     if method.kernel_ops:
         log.warning(
             "%s: %d op(s) stay on ExecuTorch's portable kernels (%s); the openvino engine cannot run "
-            "this program, the executorch engine will", file, len(method.kernel_ops),
+            "this program, the executorch engine will",
+            file,
+            len(method.kernel_ops),
             ", ".join(sorted(set(method.kernel_ops))),
         )
     return ProgramEntry(device, file, precision, sha256_bytes(data), delegation, _version("openvino"))
@@ -213,12 +214,18 @@ def export_bundle(
         (out_dir / file).write_bytes(data)
         program = _program_entry(data, device, file, precision)
     with step(4, total, "writing the test case and manifest"):
-        images = set(image_inputs) if image_inputs is not None else {
-            k for k, v in example.items() if v.dtype == torch.uint8 and v.dim() == 3
-        }
+        images = (
+            set(image_inputs)
+            if image_inputs is not None
+            else {k for k, v in example.items() if v.dtype == torch.uint8 and v.dim() == 3}
+        )
         inputs = tuple(
-            TensorSpec(k, str(v.dtype).removeprefix("torch."), tuple(v.shape),
-                       "image" if k in images else ("state" if "state" in k else "other"))
+            TensorSpec(
+                k,
+                str(v.dtype).removeprefix("torch."),
+                tuple(v.shape),
+                "image" if k in images else ("state" if "state" in k else "other"),
+            )
             for k, v in example.items()
         )
         outputs = tuple(

@@ -162,13 +162,15 @@ class _Reader:
     def get(self, obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], expected: str) -> Any:
         value = obj.get(key, _MISSING)
         path = f"{where}.{key}" if where else key
-        if value is _MISSING or isinstance(value, bool) and bool not in _as_tuple(kind):
+        if value is _MISSING or (isinstance(value, bool) and bool not in _as_tuple(kind)):
             raise self.fail(path, expected, value)
         if not isinstance(value, kind):
             raise self.fail(path, expected, value)
         return value
 
-    def opt(self, obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], expected: str, default: Any) -> Any:
+    def opt(
+        self, obj: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], expected: str, default: Any
+    ) -> Any:
         if key not in obj:
             return default
         return self.get(obj, key, where, kind, expected)
@@ -208,7 +210,7 @@ def _tensor_specs(r: _Reader, raw: Any, where: str, roles: tuple[str, ...]) -> t
 
 
 def _sha(r: _Reader, obj: Mapping[str, Any], where: str) -> str:
-    sha = r.get(obj, "sha256", where, str, "a 64-character hex sha256")
+    sha: str = r.get(obj, "sha256", where, str, "a 64-character hex sha256")
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
         raise r.fail(f"{where}.sha256", "a 64-character lowercase hex sha256", sha)
     return sha
@@ -282,14 +284,18 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
     tolerance = dict(DEFAULT_TOLERANCE)
     for prec, tol in tol_raw.items():
         if prec not in PRECISIONS or isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
-            raise r.fail(f"test_case.tolerance.{prec}", f"a non-negative number for one of {', '.join(PRECISIONS)}", tol)
+            raise r.fail(
+                f"test_case.tolerance.{prec}", f"a non-negative number for one of {', '.join(PRECISIONS)}", tol
+            )
         tolerance[prec] = float(tol)
     test_case = TestCaseEntry(tc_file, _sha(r, tc, "test_case"), tolerance)
 
     portable = None
     if "portable_program" in data:
         pp = r.get(data, "portable_program", "", dict, "an object with file and sha256")
-        portable = FileEntry(r.get(pp, "file", "portable_program", str, "a .pt2 file name"), _sha(r, pp, "portable_program"))
+        portable = FileEntry(
+            r.get(pp, "file", "portable_program", str, "a .pt2 file name"), _sha(r, pp, "portable_program")
+        )
     tools = r.opt(data, "tools", "", dict, "an object of tool -> version", {})
     if not all(isinstance(v, str) for v in tools.values()):
         raise r.fail("tools", "an object of tool name -> version string", tools)

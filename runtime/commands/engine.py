@@ -36,20 +36,38 @@ def parse_devices(text: str) -> tuple[str, ...]:
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=["auto", "openvino", "executorch"], default="auto")
-    p.add_argument("--device", type=parse_devices, default=("NPU", "GPU", "CPU"), metavar="LIST",
-                   help="device preference list, e.g. NPU,GPU,CPU (default)")
-    p.add_argument("--precision", choices=["auto", "f32", "f16", "bf16"], default="auto",
-                   help="INFERENCE_PRECISION_HINT (auto: the precision the program was lowered with)")
-    p.add_argument("--cpus", type=parse_cpu_list, default=(), metavar="LIST",
-                   help="inference CPU set, e.g. 1-3 (default: all but the control CPU)")
+    p.add_argument(
+        "--device",
+        type=parse_devices,
+        default=("NPU", "GPU", "CPU"),
+        metavar="LIST",
+        help="device preference list, e.g. NPU,GPU,CPU (default)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["auto", "f32", "f16", "bf16"],
+        default="auto",
+        help="INFERENCE_PRECISION_HINT (auto: the precision the program was lowered with)",
+    )
+    p.add_argument(
+        "--cpus",
+        type=parse_cpu_list,
+        default=(),
+        metavar="LIST",
+        help="inference CPU set, e.g. 1-3 (default: all but the control CPU)",
+    )
     p.add_argument("--control-cpu", type=int, default=0, help="CPU kept for the control loop (default 0)")
     p.add_argument("--threads", type=int, default=0, help="inference threads (default: one per inference CPU)")
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("export", help="export a PyTorch policy into a bundle (needs the export extra)")
-    p.add_argument("--factory", required=True, metavar="FILE.py:FUNC",
-                   help="FUNC() returns (torch.nn.Module, dict of named example input tensors)")
+    p.add_argument(
+        "--factory",
+        required=True,
+        metavar="FILE.py:FUNC",
+        help="FUNC() returns (torch.nn.Module, dict of named example input tensors)",
+    )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--device", default="CPU", choices=["CPU", "GPU", "NPU"])
     p.add_argument("--precision", default="f32", choices=["f32", "f16", "bf16"])
@@ -65,8 +83,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_lower)
 
     p = commands.add_parser("check", help="load a bundle, prove parity, measure latency")
-    p.add_argument("bundle", metavar="BUNDLE", nargs="?", default="",
-                   help="bundle directory (default: the built-in demo bundle)")
+    p.add_argument(
+        "bundle", metavar="BUNDLE", nargs="?", default="", help="bundle directory (default: the built-in demo bundle)"
+    )
     _add_engine_options(p)
     p.add_argument("--runs", type=int, default=30, help="timed inferences after warm-up (default 30)")
     p.add_argument("--allow-parity-failure", action="store_true")
@@ -74,8 +93,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_check)
 
     p = bench.add_parser("engine", help="eager PyTorch vs each engine on the same inputs and threads")
-    p.add_argument("--factory", default="runtime.policies.act:make_act_policy", metavar="FILE.py:FUNC",
-                   help="model factory (default: the ACT-size model)")
+    p.add_argument(
+        "--factory",
+        default="runtime.policies.act:make_act_policy",
+        metavar="FILE.py:FUNC",
+        help="model factory (default: the ACT-size model)",
+    )
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--cpus", type=parse_cpu_list, default=(), metavar="LIST")
     p.add_argument("--control-cpu", type=int, default=0)
@@ -89,8 +112,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     names = tuple(n.strip() for n in args.action_names.split(",")) if args.action_names else None
     bundle = export_bundle(
-        args.factory, args.out, device=args.device, precision=args.precision, policy_name=args.name,
-        action_names=names, control_rate_hz=args.control_rate_hz,
+        args.factory,
+        args.out,
+        device=args.device,
+        precision=args.precision,
+        policy_name=args.name,
+        action_names=names,
+        control_rate_hz=args.control_rate_hz,
     )
     print(bundle.path)
     return 0
@@ -115,8 +143,14 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
     from runtime.engine.loader import LoadReport, load_engine, resolve_bundle_path
 
     config = EngineConfig(
-        bundle=args.bundle, engine=args.engine, devices=args.device, precision=args.precision,
-        cpus=args.cpus, control_cpu=args.control_cpu, threads=args.threads, allow_parity_failure=True,
+        bundle=args.bundle,
+        engine=args.engine,
+        devices=args.device,
+        precision=args.precision,
+        cpus=args.cpus,
+        control_cpu=args.control_cpu,
+        threads=args.threads,
+        allow_parity_failure=True,
     )
     path = resolve_bundle_path(config)
     bundle = Bundle.open(path, verify_all=True)
@@ -189,6 +223,8 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
                 f"x{row['speedup_vs_eager']:.2f} vs eager  parity {row['max_abs_err']:.2g} ({row['precision']})"
             )
         cs = result["cold_start"]
-        print(f"cold start (openvino engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
-              f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}")
+        print(
+            f"cold start (openvino engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
+            f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
+        )
     return 0

@@ -26,9 +26,7 @@ def inference_cpus(requested: tuple[int, ...], control_cpu: int) -> list[int]:
     if requested:
         bad = sorted(set(requested) - set(allowed))
         if bad:
-            raise ConfigError(
-                f"engine.cpus: CPU(s) {bad} are not available to this process (allowed: {allowed})"
-            )
+            raise ConfigError(f"engine.cpus: CPU(s) {bad} are not available to this process (allowed: {allowed})")
         return sorted(requested)
     rest = [c for c in allowed if c != control_cpu]
     # On a one-CPU machine inference has to share the control CPU.

@@ -42,6 +42,5 @@ def choose_device(
         else:
             return DeviceChoice(dev, tuple(skipped))
     raise DeviceError(
-        "no usable inference device: " + "; ".join(skipped)
-        + f". Bundle programs: {', '.join(programs) or 'none'}"
+        "no usable inference device: " + "; ".join(skipped) + f". Bundle programs: {', '.join(programs) or 'none'}"
     )

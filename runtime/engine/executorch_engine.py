@@ -80,13 +80,17 @@ class ExecuTorchEngine(Engine):
                 "engine executorch cannot apply INFERENCE_PRECISION_HINT=%s: ExecuTorch's OpenVINO backend "
                 "passes no properties at load, so %s runs at the plugin default %s; use --engine openvino "
                 "to apply the hint",
-                requested_precision, device, precision,
+                requested_precision,
+                device,
+                precision,
             )
         if device == "CPU" and threads > len(cpus):
             log.warning(
                 "OpenVINO's CPU plugin was set up before inference was pinned to CPUs %s: the executorch "
                 "engine will run %d threads on them (load the engine first in a fresh process, or use "
-                "--engine openvino, which sets the thread count)", cpus, threads,
+                "--engine openvino, which sets the thread count)",
+                cpus,
+                threads,
             )
         info = EngineInfo(
             engine="executorch",
@@ -123,8 +127,7 @@ class ExecuTorchEngine(Engine):
             info = meta.input_tensor_meta(i)
             if tuple(info.sizes()) != spec.shape or info.dtype() != _DTYPE_TO_SCALAR.get(spec.dtype):
                 raise BundleError(
-                    f"{where}: input {spec.name!r}: manifest says {spec.dtype}{list(spec.shape)}, "
-                    f"program takes {info}"
+                    f"{where}: input {spec.name!r}: manifest says {spec.dtype}{list(spec.shape)}, program takes {info}"
                 )
 
     def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -136,7 +139,11 @@ class ExecuTorchEngine(Engine):
             detail = f"OpenVINO says: {reason}" if reason else f"no OpenVINO message ({e})"
             log.error(
                 "inference failed: bundle %s, program %s, device %s, method forward: %s; %s",
-                self.info.bundle, self.info.program, self.info.device, e, detail,
+                self.info.bundle,
+                self.info.program,
+                self.info.device,
+                e,
+                detail,
             )
             raise InferenceError(
                 f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): "

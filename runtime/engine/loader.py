@@ -87,22 +87,43 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     engine: Engine
     if kind == "openvino":
         engine = OpenVINOEngine(
-            manifest, method, device=device, bundle=str(path), program=entry.file,
-            precision=precision, threads=threads, cpus=cpus, cache_dir=config.cache_dir,
+            manifest,
+            method,
+            device=device,
+            bundle=str(path),
+            program=entry.file,
+            precision=precision,
+            threads=threads,
+            cpus=cpus,
+            cache_dir=config.cache_dir,
         )
     else:
         from runtime.engine.executorch_engine import ExecuTorchEngine
 
         engine = ExecuTorchEngine(
-            manifest, data, method, device=device, bundle=str(path), program=entry.file,
-            requested_precision=precision, cpus=cpus,
+            manifest,
+            data,
+            method,
+            device=device,
+            bundle=str(path),
+            program=entry.file,
+            requested_precision=precision,
+            cpus=cpus,
         )
     t1 = time.perf_counter()
     info = engine.info
     log.info(
         "loaded %s: policy %s, engine %s (%s), device %s (%s), precision %s (asked %s), threads %d on CPUs %s",
-        path, manifest.policy_name, info.engine, report.engine_reason, info.device,
-        "preferred: " + ",".join(config.devices), info.precision, precision, info.threads, list(info.cpus),
+        path,
+        manifest.policy_name,
+        info.engine,
+        report.engine_reason,
+        info.device,
+        "preferred: " + ",".join(config.devices),
+        info.precision,
+        precision,
+        info.threads,
+        list(info.cpus),
     )
 
     case = bundle.test_case()
@@ -130,7 +151,10 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     }
     log.info(
         "ready in %.0f ms (load %.0f, parity %.0f, warm-up %d runs %.0f)",
-        report.timing_ms["ready"], report.timing_ms["load"], report.timing_ms["parity"],
-        config.warmup_runs, report.timing_ms["warmup"],
+        report.timing_ms["ready"],
+        report.timing_ms["load"],
+        report.timing_ms["parity"],
+        config.warmup_runs,
+        report.timing_ms["warmup"],
     )
     return engine

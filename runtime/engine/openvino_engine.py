@@ -66,9 +66,7 @@ class OpenVINOEngine(Engine):
             raise BundleError(f"{bundle}/{program}: the openvino engine cannot run this program: {refusal}")
         blob_device = method.delegates[0].device
         if blob_device and blob_device != device:
-            raise BundleError(
-                f"{bundle}/{program}: the delegate was compiled for {blob_device}, not {device}"
-            )
+            raise BundleError(f"{bundle}/{program}: the delegate was compiled for {blob_device}, not {device}")
         props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
         if precision:
             props["INFERENCE_PRECISION_HINT"] = _OV_PRECISION[precision]
@@ -129,7 +127,10 @@ class OpenVINOEngine(Engine):
             reason = str(e).strip()
             log.error(
                 "inference failed: bundle %s, program %s, device %s, method forward: %s",
-                self.info.bundle, self.info.program, self.info.device, reason,
+                self.info.bundle,
+                self.info.program,
+                self.info.device,
+                reason,
             )
             raise InferenceError(
                 f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {reason}",
@@ -140,5 +141,5 @@ class OpenVINOEngine(Engine):
         return {name: np.array(v, copy=True) for name, v in zip(self._output_names, values, strict=True)}
 
     def close(self) -> None:
-        self._request = None  # type: ignore[assignment]
+        self._request = None
         self._compiled = None

@@ -146,6 +146,9 @@ class DecoderLayer(nn.Module):
 class ACTPolicy(nn.Module):
     """``forward(image uint8 [H, W, 3], state float32 [state_dim]) -> action float32 [chunk, action_dim]``."""
 
+    mean: torch.Tensor
+    inv_std: torch.Tensor
+
     def __init__(self, cfg: ACTConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -180,7 +183,7 @@ def _make(cfg: ACTConfig, seed: int) -> tuple[nn.Module, dict[str, torch.Tensor]
     model = ACTPolicy(cfg).eval()
     # Non-trivial BatchNorm statistics, so folding them is really exercised.
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
     gen = torch.Generator().manual_seed(seed + 1)

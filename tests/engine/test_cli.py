@@ -24,14 +24,35 @@ pytestmark = pytest.mark.export
 @pytest.fixture(scope="module")
 def tiny_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "bundle"
-    assert main(["export", "--factory", TINY, "--out", str(out), "--name", "tiny",
-                 "--action-names", "a,b,c,d,e,f", "--control-rate-hz", "50"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--factory",
+                TINY,
+                "--out",
+                str(out),
+                "--name",
+                "tiny",
+                "--action-names",
+                "a,b,c,d,e,f",
+                "--control-rate-hz",
+                "50",
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def _check(*args: str) -> tuple[int, dict[str, object]]:
-    proc = subprocess.run([sys.executable, "-m", "runtime", "check", *args, "--json", "--runs", "3"],
-                          capture_output=True, text=True, check=False, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "check", *args, "--json", "--runs", "3"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -87,7 +87,9 @@ def test_precision_is_read_back_from_openvino(demo_bundle: Path) -> None:
     assert report.parity is not None and report.parity.tolerance == (0.075 if native_bf16 else 2e-5)
 
 
-def test_executorch_engine_says_when_it_cannot_apply_the_precision(demo_bundle: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_executorch_engine_says_when_it_cannot_apply_the_precision(
+    demo_bundle: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     import openvino as ov
 
     caplog.set_level(logging.WARNING)
@@ -123,9 +125,23 @@ def test_executorch_threads_follow_the_cpu_set_in_a_fresh_process(demo_bundle: P
 
     cpu = sorted(os.sched_getaffinity(0))[-1]
     out = subprocess.run(
-        [sys.executable, "-m", "runtime", "check", str(demo_bundle), "--engine", "executorch",
-         "--cpus", str(cpu), "--runs", "2", "--json"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "runtime",
+            "check",
+            str(demo_bundle),
+            "--engine",
+            "executorch",
+            "--cpus",
+            str(cpu),
+            "--runs",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["engine"] == "executorch"
@@ -139,7 +155,9 @@ def test_unavailable_cpu_is_a_config_error(demo_bundle: Path) -> None:
         _load(demo_bundle, cpus=(4096,))
 
 
-def test_device_preference_skips_absent_devices_with_reasons(demo_bundle: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_device_preference_skips_absent_devices_with_reasons(
+    demo_bundle: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     present = present_devices()
     assert "CPU" in present
@@ -163,10 +181,12 @@ def test_choose_device_rules() -> None:
     programs = {"CPU": object(), "GPU": object()}
     c = choose_device(["NPU", "GPU", "CPU"], ["CPU", "GPU", "NPU"], programs, "b")
     assert c.device == "GPU"
-    assert c.skipped == ("NPU: present, but the bundle has no NPU program (make one with: lerobot-runtime lower b --device NPU)",)
+    assert c.skipped == (
+        "NPU: present, but the bundle has no NPU program (make one with: lerobot-runtime lower b --device NPU)",
+    )
     c = choose_device(["GPU", "CPU"], ["CPU"], programs, "b")
     assert c.device == "CPU" and c.skipped[0].startswith("GPU: not present")
-    with pytest.raises(DeviceError, match="no usable inference device: NPU: not present .*Bundle programs: CPU, GPU"):
+    with pytest.raises(DeviceError, match=r"no usable inference device: NPU: not present .*Bundle programs: CPU, GPU"):
         choose_device(["NPU"], ["CPU"], programs, "b")
 
 
@@ -175,14 +195,26 @@ def test_choose_device_rules() -> None:
     [
         (lambda o: o.pop("observation.state"), "observation.state", "missing input(s) 'observation.state'"),
         (lambda o: o.update(extra=np.zeros(1)), "extra", "unexpected input(s) 'extra'"),
-        (lambda o: o.update({"observation.state": np.zeros(6, np.float64)}), "observation.state",
-         "input 'observation.state': expected dtype float32, got float64"),
-        (lambda o: o.update({"observation.state": np.zeros(7, np.float32)}), "observation.state",
-         "input 'observation.state': expected shape [6], got [7]"),
-        (lambda o: o.update({"observation.images.front": np.zeros((96, 128), np.uint8)}), "observation.images.front",
-         "expected shape [96, 128, 3], got [96, 128]"),
-        (lambda o: o.update({"observation.state": [0.0] * 6}), "observation.state",
-         "expected a numpy array of float32[6], got list"),
+        (
+            lambda o: o.update({"observation.state": np.zeros(6, np.float64)}),
+            "observation.state",
+            "input 'observation.state': expected dtype float32, got float64",
+        ),
+        (
+            lambda o: o.update({"observation.state": np.zeros(7, np.float32)}),
+            "observation.state",
+            "input 'observation.state': expected shape [6], got [7]",
+        ),
+        (
+            lambda o: o.update({"observation.images.front": np.zeros((96, 128), np.uint8)}),
+            "observation.images.front",
+            "expected shape [96, 128, 3], got [96, 128]",
+        ),
+        (
+            lambda o: o.update({"observation.state": [0.0] * 6}),
+            "observation.state",
+            "expected a numpy array of float32[6], got list",
+        ),
     ],
 )
 def test_bad_inputs_are_named(demo_engine: Engine, demo_bundle: Path, change: object, field: str, message: str) -> None:

@@ -42,9 +42,14 @@ def mismatch_program() -> bytes:
 def _manifest() -> Manifest:
     spec = TensorSpec("x", "float32", (16,))
     return Manifest(
-        policy_name="add", inputs=(spec, TensorSpec("y", "float32", (16,))),
-        outputs=(TensorSpec("action", "float32", (16,), "action"),), action_output="action",
-        chunk_length=16, action_names=("j",), control_rate_hz=30.0, programs={},
+        policy_name="add",
+        inputs=(spec, TensorSpec("y", "float32", (16,))),
+        outputs=(TensorSpec("action", "float32", (16,), "action"),),
+        action_output="action",
+        chunk_length=16,
+        action_names=("j",),
+        control_rate_hz=30.0,
+        programs={},
         test_case=TestCaseEntry("t.npz", "0" * 64),
     )
 
@@ -58,8 +63,14 @@ def test_executorch_failure_carries_openvinos_reason(mismatch_program: bytes, ca
 
     method = parse_program(mismatch_program)["forward"]
     engine = ExecuTorchEngine(
-        _manifest(), mismatch_program, method, device="CPU", bundle="add-bundle", program="p.pte",
-        requested_precision=None, cpus=[0],
+        _manifest(),
+        mismatch_program,
+        method,
+        device="CPU",
+        bundle="add-bundle",
+        program="p.pte",
+        requested_precision=None,
+        cpus=[0],
     )
     ok = engine.run_validated([np.ones(4, np.float32), np.full(4, 0.5, np.float32)])
     np.testing.assert_allclose(ok["action"][:4], 2.5)
@@ -80,14 +91,22 @@ def test_executorch_failure_carries_openvinos_reason(mismatch_program: bytes, ca
     np.testing.assert_allclose(again["action"][:2], 3.0)
 
 
-def test_openvino_engine_failure_carries_openvinos_reason(mismatch_program: bytes, caplog: pytest.LogCaptureFixture) -> None:
+def test_openvino_engine_failure_carries_openvinos_reason(
+    mismatch_program: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
     from runtime.engine.openvino_engine import OpenVINOEngine
 
     method = parse_program(mismatch_program)["forward"]
     engine = OpenVINOEngine(
-        _manifest(), method, device="CPU", bundle="add-bundle", program="p.pte", precision="f32",
+        _manifest(),
+        method,
+        device="CPU",
+        bundle="add-bundle",
+        program="p.pte",
+        precision="f32",
         # with INFERENCE_NUM_THREADS=1 this OpenVINO CPU plugin returns an empty output instead of failing
-        threads=2, cpus=[0],
+        threads=2,
+        cpus=[0],
     )
     caplog.set_level(logging.ERROR)
     with pytest.raises(InferenceError) as err:
@@ -133,7 +152,9 @@ def test_partially_delegated_program_runs_on_executorch(partial_bundle: Path) ->
 
 
 def test_openvino_engine_refuses_a_partial_program(partial_bundle: Path) -> None:
-    with pytest.raises(BundleError, match="openvino engine cannot run this program: ops left on ExecuTorch kernels: .*atan2"):
+    with pytest.raises(
+        BundleError, match=r"openvino engine cannot run this program: ops left on ExecuTorch kernels: .*atan2"
+    ):
         load_engine(EngineConfig(bundle=str(partial_bundle), engine="openvino"))
 
 
@@ -143,5 +164,5 @@ def test_not_a_program(tmp_path: Path) -> None:
 
 
 def test_truncated_program(mismatch_program: bytes) -> None:
-    with pytest.raises(BundleError, match="truncated|corrupt"):
+    with pytest.raises(BundleError, match=r"truncated|corrupt"):
         parse_program(mismatch_program[: len(mismatch_program) // 2], "x.pte")

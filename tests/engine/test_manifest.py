@@ -98,7 +98,7 @@ def test_missing_and_unreadable_manifest(tmp_path: Path) -> None:
 def test_bundle_files_are_checked(bundle_copy: Path) -> None:
     Bundle.open(bundle_copy, verify_all=True)
     (bundle_copy / "test_case.npz").unlink()
-    with pytest.raises(BundleFileNotFoundError, match="field 'test_case.file' names test_case.npz"):
+    with pytest.raises(BundleFileNotFoundError, match=r"field 'test_case.file' names test_case.npz"):
         Bundle.open(bundle_copy)
 
 
@@ -108,7 +108,9 @@ def test_damaged_program_fails_its_checksum(bundle_copy: Path) -> None:
     data[-100] ^= 0xFF
     pte.write_bytes(bytes(data))
     bundle = Bundle.open(bundle_copy)  # only existence is checked on open
-    with pytest.raises(BundleError, match=r"program_cpu.pte: sha256 .* does not match the manifest's programs.CPU.sha256"):
+    with pytest.raises(
+        BundleError, match=r"program_cpu.pte: sha256 .* does not match the manifest's programs.CPU.sha256"
+    ):
         bundle.read_program("CPU")
     with pytest.raises(BundleError, match="does not match"):
         Bundle.open(bundle_copy, verify_all=True)
