@@ -50,6 +50,7 @@ class SystemdNotifier:
             self._sock.sendto("\n".join(fields).encode(), target)
         except OSError as e:
             log.warning("systemd notify to %s failed: %s", self.address, e)
+            self.close()  # a fresh socket next time, in case the listener comes back
             return False
         return True
 

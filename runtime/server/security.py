@@ -88,6 +88,6 @@ def start_authenticator(context: Any, curve: ServerCurve) -> Any:
 
     auth = ThreadAuthenticator(context, log=logging.getLogger("runtime.server.auth"))
     auth.start()
-    auth.configure_curve(domain="*", location=str(curve.authorized_keys_dir))
+    auth.configure_curve(domain=ZAP_DOMAIN.decode(), location=str(curve.authorized_keys_dir))
     log.info("CURVE on: %d client key(s) allowed from %s", curve.authorized_count, curve.authorized_keys_dir)
     return auth

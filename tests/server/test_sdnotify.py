@@ -1,0 +1,64 @@
+"""The notify protocol against a real AF_UNIX datagram socket, path and abstract namespace."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.sdnotify import SystemdNotifier
+
+
+@pytest.fixture
+def listener(short_tmp: Path) -> Iterator[tuple[socket.socket, str]]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(short_tmp / "notify")
+    sock.bind(path)
+    sock.settimeout(5)
+    yield sock, path
+    sock.close()
+
+
+def test_ready_status_watchdog_stopping(listener: tuple[socket.socket, str]) -> None:
+    sock, path = listener
+    n = SystemdNotifier(path)
+    assert n.ready("serving")
+    assert sock.recv(4096) == b"READY=1\nSTATUS=serving"
+    assert n.watchdog()
+    assert sock.recv(4096) == b"WATCHDOG=1"
+    assert n.stopping()
+    assert sock.recv(4096) == b"STOPPING=1"
+    n.close()
+
+
+def test_abstract_namespace() -> None:
+    name = f"lerobot-runtime-test-{os.getpid()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name)
+    sock.settimeout(5)
+    try:
+        n = SystemdNotifier("@" + name)
+        assert n.status("hi")
+        assert sock.recv(4096) == b"STATUS=hi"
+        n.close()
+    finally:
+        sock.close()
+
+
+def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/x")
+    monkeypatch.setenv("WATCHDOG_USEC", "4000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    n = SystemdNotifier.from_env()
+    assert n.address == "/run/x" and n.watchdog_interval_s == 2.0
+    monkeypatch.setenv("WATCHDOG_PID", "1")  # the watchdog is meant for another process
+    assert SystemdNotifier.from_env().watchdog_interval_s is None
+    monkeypatch.delenv("NOTIFY_SOCKET")
+    assert not SystemdNotifier.from_env().notify("READY=1")
+
+
+def test_unreachable_socket_is_not_fatal(short_tmp: Path) -> None:
+    assert not SystemdNotifier(str(short_tmp / "nobody")).ready()
