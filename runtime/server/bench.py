@@ -60,7 +60,7 @@ def _floor(endpoint: str, frames: list[Any], reply_bytes: int, n: int, warmup: i
         endpoint = f"{endpoint}:{port}"
     else:
         router.bind(endpoint)
-    reply = np.zeros(reply_bytes, dtype=np.uint8)
+    reply = bytes(reply_bytes)
     done = threading.Event()
 
     def echo() -> None:

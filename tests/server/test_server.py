@@ -268,9 +268,7 @@ def test_backpressure_busy_and_latest_observation_wins(
     got = _recv_all(a, 3)
     assert got[2].error is not None and got[2].error.code == "superseded"
     assert "3" in got[2].error.message
-    np.testing.assert_allclose(
-        codec.actions_from_reply(got[1], 0).actions, reference_actions(DEMO, obs), atol=1e-5
-    )
+    np.testing.assert_allclose(codec.actions_from_reply(got[1], 0).actions, reference_actions(DEMO, obs), atol=1e-5)
     np.testing.assert_allclose(
         codec.actions_from_reply(got[3], 0).actions,
         reference_actions(DEMO, example_observation(DEMO, seed=9)),
