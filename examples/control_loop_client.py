@@ -21,7 +21,6 @@ with PolicyClient(endpoint, timeout_s=1.0) as client:
             chunk = client.infer(obs)
         except BusyError:
             continue
-        print(
-            f"chunk {chunk.actions.shape}: infer {chunk.timing.infer_ms:.2f} ms, round trip {chunk.round_trip_ms:.2f} ms"
-        )
+        t = chunk.timing
+        print(f"chunk {chunk.actions.shape}: infer {t.infer_ms:.2f} ms, round trip {chunk.round_trip_ms:.2f} ms")
         time.sleep(1 / info.control_rate_hz)
