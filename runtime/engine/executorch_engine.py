@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _DTYPE_TO_SCALAR = {"uint8": 0, "int8": 1, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "bool": 11}
 
 
-def _import_runtime() -> tuple[Any, Any]:
+def _import_runtime() -> tuple[Any, Any, Any]:
     try:
         import torch
         from executorch.runtime import Runtime, Verification
@@ -34,8 +34,7 @@ def _import_runtime() -> tuple[Any, Any]:
             f"the executorch engine needs the ExecuTorch runtime ({e}); install it with "
             "pip install 'lerobot-runtime[executorch]', or use --engine openvino"
         ) from e
-    del torch
-    return Runtime, Verification
+    return torch, Runtime, Verification
 
 
 class ExecuTorchEngine(Engine):
@@ -52,9 +51,8 @@ class ExecuTorchEngine(Engine):
         cpus: list[int],
     ) -> None:
         import openvino as ov
-        import torch
 
-        Runtime, Verification = _import_runtime()
+        torch, Runtime, Verification = _import_runtime()
         rt = Runtime.get()
         if not rt.backend_registry.is_available("OpenvinoBackend"):
             raise MissingDependencyError(

@@ -133,3 +133,19 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
         assert row["median_ms"] > 0 and row["speedup_vs_eager"] > 0
     assert result["rows"][1]["max_abs_err"] < 2e-5  # f32 engine matches eager
     assert result["cold_start"]["torch_imported"] is False
+
+
+def test_executorch_engine_without_torch_says_what_to_install(tiny_bundle: Path) -> None:
+    """The robot-side install has no torch: asking for the executorch engine names the extra to install."""
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['executorch'] = None\n"
+        "from runtime.cli import main\n"
+        f"sys.exit(main(['check', {str(tiny_bundle)!r}, '--engine', 'executorch', '--json']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["error_type"] == "MissingDependencyError"
+    assert "pip install 'lerobot-runtime[executorch]'" in result["error"]
+    status, _ = _check(str(tiny_bundle), "--engine", "auto")  # the direct engine still serves
+    assert status == 0
