@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +24,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     b = bench.add_parser("serve", help="served round trip vs in-process inference vs bare ZeroMQ floor")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
-    b.add_argument("--bundle", metavar="DIR", help="bundle to serve (default: the built-in ACT-size bundle)")
     b.add_argument(
-        "--synthetic",
-        action="store_true",
-        help="use an ACT-size OpenVINO model built in code instead of a bundle",
+        "--bundle",
+        metavar="DIR",
+        help="bundle to serve (default: an OpenVINO model built in code with ACT-size inputs and outputs)",
     )
+    b.add_argument(
+        "--act", action="store_true", help="serve the built-in ACT-size bundle (exported on first use)"
+    )
+    b.add_argument("--control-cpu", type=int, default=0, help="CPU of the client process (default 0)")
     b.add_argument("--requests", type=int, default=300, help="measured requests per transport (default 300)")
     b.set_defaults(func=_bench_serve)
 
@@ -58,59 +59,27 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_bench_engine(args: argparse.Namespace) -> tuple[Any, list[float] | None]:
-    """Load on a helper thread (load_engine pins its thread) and measure in-process there too."""
-    from runtime.server.bench import observation_for
-
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            if args.synthetic:
-                from runtime.server.synthetic import ACT, SyntheticEngine
-
-                engine: Any = SyntheticEngine(ACT)
-            else:
-                from runtime.engine.config import EngineConfig
-                from runtime.engine.loader import load_engine
-
-                bundle = args.bundle
-                if not bundle:
-                    from runtime.bundle.demo import ensure_bundle
-
-                    bundle = str(ensure_bundle("act"))
-                engine = load_engine(EngineConfig(bundle=bundle, devices=("CPU",)))
-            import time
-
-            obs = observation_for(engine)
-            for _ in range(30):
-                engine.infer(obs)
-            times = []
-            for _ in range(args.requests):
-                t0 = time.perf_counter()
-                engine.infer(obs)
-                times.append((time.perf_counter() - t0) * 1e3)
-            box["engine"], box["times"] = engine, times
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=work, name="bench-load")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["engine"], box["times"]
-
-
 def _bench_serve(args: argparse.Namespace) -> int:
     import json
 
+    from runtime.engine.base import Engine
     from runtime.server.bench import format_table, run_bench
 
-    engine, times = _load_bench_engine(args)
-    try:
-        result = run_bench(engine, n=args.requests, inprocess=lambda: times)
-    finally:
-        engine.close()
+    def make_engine() -> Engine:
+        if args.bundle or args.act:
+            from runtime.engine.config import EngineConfig
+            from runtime.engine.loader import load_engine
+
+            bundle = args.bundle
+            if not bundle:
+                from runtime.bundle.demo import ensure_bundle
+
+                bundle = str(ensure_bundle("act"))
+            return load_engine(EngineConfig(bundle=bundle, devices=("CPU",), control_cpu=args.control_cpu))
+        from runtime.server.synthetic import ACT, SyntheticEngine
+
+        return SyntheticEngine(ACT)
+
+    result = run_bench(make_engine, n=args.requests, control_cpu=args.control_cpu)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

@@ -4,13 +4,21 @@ For each transport (ipc, tcp loopback) it measures, with an ACT-size observation
 image + 6 float32 state, reply 100x6 float32): the client round trip through the server, the
 in-process inference time of the same engine, and the floor: the same bytes over a plain ZeroMQ
 DEALER/ROUTER pair with zero-copy multipart frames and an echo thread. Serving overhead is the round
-trip minus in-process inference, reported next to the floor as a ratio.
+trip minus inference, reported next to the floor as a ratio.
+
+Placement is the deployment's: the client is its own process on the control-loop CPU (as a robot
+control loop is), inference runs on the server's worker thread pinned to the inference CPUs, and the
+server's I/O thread (like the floor's echo thread) stays off them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,7 +30,6 @@ import numpy as np
 import zmq
 
 from runtime.engine.base import Engine
-from runtime.protocol.codec import encode_request
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +57,27 @@ def observation_for(engine: Engine, seed: int = 0) -> dict[str, np.ndarray]:
     return obs
 
 
-def _floor(endpoint: str, frames: list[Any], reply_bytes: int, n: int, warmup: int) -> list[float]:
-    """Round trips of ``frames`` over a bare DEALER -> ROUTER echo that answers ``reply_bytes``."""
+def _client(endpoint: str, mode: str, engine: Engine, n: int, warmup: int, cpu: int) -> list[list[float]]:
+    """Run the bench client in its own process (a control loop is one) and collect its samples."""
+    specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.inputs])
+    cmd = [sys.executable, "-m", "runtime.server.bench_client", endpoint, mode, specs, str(n), str(warmup), str(cpu)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"bench client ({mode} on {endpoint}) failed: {out.stderr.strip()[-2000:]}")
+    samples: list[list[float]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return samples
+
+
+def _floor(
+    endpoint: str, reply: list[bytes], engine: Engine, n: int, warmup: int, cpu: int, echo_cpus: set[int]
+) -> list[float]:
+    """Round trips of the same request bytes over a bare ROUTER that echoes a reply of the real size.
+
+    The echo (and its ZeroMQ I/O thread) runs on ``echo_cpus``.
+    """
     ctx = zmq.Context()
+    for c in sorted(echo_cpus):
+        ctx.set(zmq.THREAD_AFFINITY_CPU_ADD, c)
     router = ctx.socket(zmq.ROUTER)
     router.linger = 0
     if endpoint.startswith("tcp://"):
@@ -60,101 +85,105 @@ def _floor(endpoint: str, frames: list[Any], reply_bytes: int, n: int, warmup: i
         endpoint = f"{endpoint}:{port}"
     else:
         router.bind(endpoint)
-    reply = bytes(reply_bytes)
     done = threading.Event()
 
     def echo() -> None:
+        if echo_cpus:
+            os.sched_setaffinity(0, echo_cpus)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         while not done.is_set():
             if poller.poll(100):
                 msg = router.recv_multipart(copy=False)
-                router.send_multipart([msg[0], b"h" * 64, reply], copy=False)
+                router.send_multipart([msg[0], *reply], copy=False)
 
     thread = threading.Thread(target=echo, daemon=True)
     thread.start()
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.linger = 0
-    dealer.connect(endpoint)
-    times: list[float] = []
     try:
-        for i in range(warmup + n):
-            t0 = time.perf_counter()
-            dealer.send_multipart(frames, copy=False)
-            if not dealer.poll(5000):
-                raise TimeoutError(f"floor echo on {endpoint} did not answer")
-            dealer.recv_multipart(copy=False)
-            if i >= warmup:
-                times.append((time.perf_counter() - t0) * 1e3)
+        return [rt for rt, _ in _client(endpoint, "floor", engine, n, warmup, cpu)]
     finally:
         done.set()
         thread.join(2)
-        dealer.close(0)
         router.close(0)
         ctx.term()
-    return times
+
+
+def _io_cpus(engine: Engine) -> set[int]:
+    return set(os.sched_getaffinity(0)) - set(engine.info.cpus)
 
 
 def run_bench(
-    engine: Engine, n: int = 300, warmup: int = 30, inprocess: Callable[[], list[float]] | None = None
+    make_engine: Callable[[], Engine], *, n: int = 300, warmup: int = 30, control_cpu: int = 0
 ) -> dict[str, Any]:
-    """Measure in-process inference, the served round trip and the bare floor for ipc and tcp."""
-    from runtime.client import PolicyClient
+    """Serve ``make_engine()`` and measure, for ipc and tcp: the served round trip from a client
+    process on the control CPU, the in-process inference time on the same pinned worker thread, and
+    the floor (the same bytes echoed by a bare ZeroMQ ROUTER). Overhead per request is its round trip
+    minus its own server-side inference time.
+    """
+    from runtime.engine.affinity import inference_cpus, pin_current_thread
+    from runtime.protocol.codec import encode_actions_reply
+    from runtime.protocol.messages import Timing
     from runtime.server import PolicyServer, ServerConfig
 
-    obs = observation_for(engine)
-    if inprocess is None:
+    cpus = inference_cpus((), control_cpu)
+    local: list[float] = []
+
+    def factory() -> Engine:
+        # runs on the server's worker thread, the one that runs inference: pin it, then load
+        pin_current_thread(cpus)
+        engine = make_engine()
+        obs = observation_for(engine)
         for _ in range(warmup):
             engine.infer(obs)
-        local: list[float] = []
         for _ in range(n):
             t0 = time.perf_counter()
             engine.infer(obs)
             local.append((time.perf_counter() - t0) * 1e3)
-    else:
-        local = inprocess()
-    local_s = _summary(local)
-    reply_bytes = engine.manifest.action_spec.nbytes
-    frames = encode_request("infer", 1, obs)
-    result: dict[str, Any] = {
-        "policy": engine.manifest.policy_name,
-        "engine": engine.info.to_json(),
-        "observation": {name: [str(a.dtype), list(a.shape)] for name, a in obs.items()},
-        "reply": [engine.manifest.action_spec.dtype, list(engine.manifest.action_spec.shape)],
-        "requests": n,
-        "inprocess_infer_ms": local_s,
-        "transports": {},
-    }
+        return engine
+
     with tempfile.TemporaryDirectory(prefix="lrt-bench-") as tmp:
         config = ServerConfig(endpoints=("ipc://bench.sock", "tcp://127.0.0.1:*"), queue_depth=2)
-        server = PolicyServer(engine, config, runtime_directory=Path(tmp))
+        server = PolicyServer(factory, config, runtime_directory=Path(tmp))
         server.start()
+        engine = server.engine
+        local_s = _summary(local)
+        reply = [bytes(f) for f in encode_actions_reply(
+            1, np.zeros(engine.manifest.action_spec.shape, engine.manifest.action_spec.dtype), Timing(0.1, 0.1, 0.1)
+        )]
+        result: dict[str, Any] = {
+            "policy": engine.manifest.policy_name,
+            "engine": engine.info.to_json(),
+            "observation": {s.name: [s.dtype, list(s.shape)] for s in engine.manifest.inputs},
+            "reply": [engine.manifest.action_spec.dtype, list(engine.manifest.action_spec.shape)],
+            "requests": n,
+            "client_cpu": control_cpu,
+            "inference_cpus": list(engine.info.cpus),
+            "inprocess_infer_ms": local_s,
+            "transports": {},
+        }
         try:
             for name, endpoint in zip(("ipc", "tcp"), server.bound_endpoints, strict=True):
-                rtt: list[float] = []
-                per_request: list[float] = []
-                with PolicyClient(endpoint, timeout_s=10.0) as client:
-                    for i in range(warmup + n):
-                        chunk = client.infer(obs)
-                        if i >= warmup:
-                            rtt.append(chunk.round_trip_ms)
-                            per_request.append(chunk.round_trip_ms - chunk.timing.infer_ms)
+                samples = _client(endpoint, "served", engine, n, warmup, control_cpu)
+                rtt = [rt for rt, _ in samples]
+                per_request = [rt - infer for rt, infer in samples]
                 floor_ep = f"ipc://{tmp}/floor.sock" if name == "ipc" else "tcp://127.0.0.1"
-                floor = _summary(_floor(floor_ep, frames, reply_bytes, n, warmup))
+                # the floor's echo runs where the server's I/O thread runs; the cross-CPU floor puts it on
+                # the inference CPUs, so its round trip crosses CPUs the way a served request does
+                floor = _summary(_floor(floor_ep, reply, engine, n, warmup, control_cpu, _io_cpus(engine)))
+                cross = _summary(_floor(floor_ep, reply, engine, n, warmup, control_cpu, set(engine.info.cpus)))
                 rt = _summary(rtt)
-                overhead = {
-                    "median": round(rt["median"] - local_s["median"], 4),
-                    "p99": round(rt["p99"] - local_s["p99"], 4),
-                }
                 per_req = _summary(per_request)
-                # The per-request overhead (round trip minus that request's own server-side inference
-                # time) carries the ratio: with a slow model, run-to-run inference jitter swamps the
-                # difference of medians, which is still reported as overhead_ms.
                 ratio = per_req["median"] / floor["median"] if floor["median"] > 0 else float("inf")
                 result["transports"][name] = {
                     "round_trip_ms": rt,
                     "floor_round_trip_ms": floor,
-                    "overhead_ms": overhead,
+                    "floor_cross_cpu_round_trip_ms": cross,
+                    "overhead_to_cross_cpu_floor_ratio": round(per_req["median"] / cross["median"], 3),
+                    # difference of medians: meaningful for fast models, swamped by jitter for slow ones
+                    "overhead_ms": {
+                        "median": round(rt["median"] - local_s["median"], 4),
+                        "p99": round(rt["p99"] - local_s["p99"], 4),
+                    },
                     "overhead_per_request_ms": per_req,
                     "overhead_to_floor_ratio": round(ratio, 3),
                     "targets": {
@@ -164,6 +193,7 @@ def run_bench(
                 }
         finally:
             server.stop(1.0)
+            engine.close()
     return result
 
 
@@ -171,16 +201,19 @@ def format_table(result: dict[str, Any]) -> str:
     local = result["inprocess_infer_ms"]
     lines = [
         f"policy {result['policy']} on {result['engine']['device']}/{result['engine']['precision']}, "
-        f"{result['requests']} requests per transport",
+        f"{result['requests']} requests per transport; client process on CPU {result['client_cpu']}, "
+        f"inference on CPUs {result['inference_cpus']}",
         f"in-process inference: median {local['median']:.3f} ms, p99 {local['p99']:.3f} ms",
-        f"{'transport':<10}{'round trip med/p99':>22}{'floor med/p99':>18}"
-        f"{'overhead med/p99':>20}{'ovh/floor':>11}",
+        f"{'transport':<10}{'round trip med/p99':>20}{'floor med/p99':>17}{'x-CPU floor':>16}"
+        f"{'overhead med/p99':>19}{'ovh/floor':>11}{'ovh/x-CPU':>11}",
     ]
     for name, t in result["transports"].items():
         rt, fl, ov = t["round_trip_ms"], t["floor_round_trip_ms"], t["overhead_per_request_ms"]
+        cross = t["floor_cross_cpu_round_trip_ms"]
         lines.append(
-            f"{name:<10}{rt['median']:>12.3f}/{rt['p99']:<9.3f}{fl['median']:>8.3f}/{fl['p99']:<9.3f}"
-            f"{ov['median']:>10.3f}/{ov['p99']:<9.3f}{t['overhead_to_floor_ratio']:>8.2f}x"
+            f"{name:<10}{rt['median']:>10.3f}/{rt['p99']:<9.3f}{fl['median']:>7.3f}/{fl['p99']:<9.3f}"
+            f"{cross['median']:>6.3f}/{cross['p99']:<9.3f}{ov['median']:>9.3f}/{ov['p99']:<9.3f}"
+            f"{t['overhead_to_floor_ratio']:>8.2f}x{t['overhead_to_cross_cpu_floor_ratio']:>10.2f}x"
         )
     lines.append(
         f"targets: overhead median <= {TARGET_OVERHEAD_RATIO}x floor, "
