@@ -28,6 +28,8 @@ def open_arm(
     A relative calibration path is resolved against ``base_dir`` (default: current directory).
     Use the result as a context manager or call ``disconnect()``; torque goes off on the way out.
     """
+    if config.kind == "none":
+        raise ValueError('arm.kind is "none": no arm is configured')
     cal_path = Path(config.calibration)
     if not cal_path.is_absolute() and base_dir is not None:
         cal_path = Path(base_dir) / cal_path

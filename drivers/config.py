@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ArmKind = Literal["sim", "feetech", "dynamixel"]
+ArmKind = Literal["sim", "feetech", "dynamixel", "none"]
 CalibrationPolicy = Literal["check", "write", "ignore"]
 
 
@@ -13,9 +13,10 @@ CalibrationPolicy = Literal["check", "write", "ignore"]
 class ArmConfig:
     """How to reach one arm.
 
-    ``kind = "sim"`` starts the simulator on a pseudo-terminal and drives it with the ``sim_protocol``
-    driver; ``port`` is then ignored. ``calibration`` is a TOML or LeRobot JSON file; a relative path
-    is taken from the current directory. ``on_calibration_mismatch``: what ``connect`` does when a
+    ``kind = "none"`` means no arm (a pure policy server). ``kind = "sim"`` starts the simulator on a
+    pseudo-terminal and drives it with the ``sim_protocol`` driver; ``port`` is then ignored.
+    ``calibration`` is a TOML or LeRobot JSON file; in a daemon config file a relative path is taken
+    from the file's folder (``open_arm`` itself takes it from ``base_dir``). ``on_calibration_mismatch``: what ``connect`` does when a
     servo's stored homing offset differs from the file: ``check`` raises, ``write`` writes the
     file's value (EEPROM), ``ignore`` only logs.
     """
@@ -33,7 +34,7 @@ class ArmConfig:
     sim_protocol: Literal["feetech", "dynamixel"] = "feetech"
 
     def __post_init__(self) -> None:
-        if self.kind != "sim" and not self.port:
+        if self.kind in ("feetech", "dynamixel") and not self.port:
             raise ValueError(f"port is required for kind = {self.kind!r} (e.g. /dev/ttyACM0)")
         if not 0 <= self.retries <= 20:
             raise ValueError(f"retries must be within 0..20, got {self.retries}")

@@ -1,4 +1,5 @@
-"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``) and ``[daemon]``.
+"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``
+and ``[daemon]``.
 
 ``configs/default.toml`` spells out every key with its default; no file means those defaults.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drivers.config import ArmConfig
 from runtime.configtools import from_mapping, load_toml
 from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError
@@ -23,12 +25,15 @@ class DaemonSettings:
     tick_s: float = 0.1
     graceful_timeout_s: float = 5.0
     stats_log_interval_s: float = 60.0
+    arm_poll_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.tick_s <= 5:
             raise ConfigError(f"daemon.tick_s: expected a period in (0, 5] seconds, got {self.tick_s}")
         if self.graceful_timeout_s < 0:
             raise ConfigError(f"daemon.graceful_timeout_s: expected >= 0, got {self.graceful_timeout_s}")
+        if not self.arm_poll_s > 0:
+            raise ConfigError(f"daemon.arm_poll_s: expected a period > 0 seconds, got {self.arm_poll_s}")
         if self.stats_log_interval_s < 0:
             raise ConfigError(f"daemon.stats_log_interval_s: expected >= 0, got {self.stats_log_interval_s}")
 
@@ -37,22 +42,33 @@ class DaemonSettings:
 class DaemonConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    arm: ArmConfig = field(default_factory=ArmConfig)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
 
 def load_config(path: str | Path | None = None) -> DaemonConfig:
     """Parse a daemon config file; None gives the built-in defaults (the demo bundle)."""
     if path is None:
-        return DaemonConfig()
+        # the built-in defaults name files that ship with the project (the sim arm's calibration)
+        from runtime.paths import data_root
+
+        return _relative_to(DaemonConfig(), data_root())
     data = load_toml(path)
     config = from_mapping(DaemonConfig, data, "")
-    # Relative paths in the file are relative to the file, not to wherever the daemon was started.
+    # Relative paths in the file are relative to the file, not to wherever the daemon was started;
+    # a default the file leaves alone stays relative to the shipped data.
+    from runtime.paths import data_root
+
+    arm_table = data.get("arm")
+    own_calibration = isinstance(arm_table, dict) and "calibration" in arm_table
     base = Path(path).resolve().parent
-    return _relative_to(config, base)
+    return _relative_to(config, base, calibration_base=base if own_calibration else data_root())
 
 
-def _relative_to(config: DaemonConfig, base: Path) -> DaemonConfig:
+def _relative_to(config: DaemonConfig, base: Path, calibration_base: Path | None = None) -> DaemonConfig:
     from dataclasses import replace
+
+    cal_base = calibration_base if calibration_base is not None else base
 
     def fix(p: str) -> str:
         return str(base / p) if p and not Path(p).expanduser().is_absolute() else p
@@ -67,4 +83,8 @@ def _relative_to(config: DaemonConfig, base: Path) -> DaemonConfig:
     engine = (
         replace(config.engine, bundle=fix(config.engine.bundle)) if config.engine.bundle else config.engine
     )
-    return replace(config, engine=engine, server=replace(config.server, curve=curve))
+    calibration = config.arm.calibration
+    if calibration and not Path(calibration).expanduser().is_absolute():
+        calibration = str(cal_base / calibration)
+    arm = replace(config.arm, calibration=calibration)
+    return replace(config, engine=engine, server=replace(config.server, curve=curve), arm=arm)

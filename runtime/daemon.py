@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from runtime.arm_monitor import ArmMonitor
 from runtime.config import DaemonConfig
 from runtime.engine.base import Engine
 from runtime.sdnotify import SystemdNotifier
@@ -39,10 +40,13 @@ class Daemon:
         self.engine_factory = engine_factory if engine_factory is not None else self._load_engine
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.server: PolicyServer | None = None
+        self.arm: ArmMonitor | None = None
         self.should_exit = False
         self.force_exit = False
+        self.failed = False
         self._last_watchdog = 0.0
         self._last_stats = 0.0
+        self._last_arm_poll = 0.0
         self._previous_handlers: dict[int, Any] = {}
 
     def _load_engine(self) -> Engine:
@@ -80,18 +84,23 @@ class Daemon:
         finally:
             self.shutdown()
             self.restore_signal_handlers()
-        return 0
+        return 1 if self.failed else 0
 
     def startup(self) -> None:
         self.notifier.status("loading the policy")
         server = PolicyServer(self.engine_factory, self.config.server)
         server.start()  # loads on the worker thread, raises on a failed parity gate or bind
         self.server = server
+        if self.config.arm.kind != "none":
+            self.notifier.status("connecting the arm")
+            self.arm = ArmMonitor(self.config.arm)
+            self.arm.open()
         info = server.info
         where = ", ".join(server.bound_endpoints)
-        status = f"serving {info.policy_name} on {info.device}/{info.precision} at {where}"
+        arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
+        status = f"serving {info.policy_name} on {info.device}/{info.precision} at {where}{arm}"
         now = time.monotonic()
-        self._last_watchdog = self._last_stats = now
+        self._last_watchdog = self._last_stats = self._last_arm_poll = now
         self.notifier.ready(status)
         log.info("ready: %s", status)
 
@@ -102,6 +111,7 @@ class Daemon:
             self.on_tick(time.monotonic())
             if self.server is not None and not self.server.running:
                 log.error("the server's I/O thread stopped; exiting")
+                self.failed = True
                 break
 
     def on_tick(self, now: float) -> None:
@@ -109,17 +119,31 @@ class Daemon:
         if interval is not None and now - self._last_watchdog >= interval:
             self.notifier.watchdog()
             self._last_watchdog = now
+        if self.arm is not None and now - self._last_arm_poll >= self.config.daemon.arm_poll_s:
+            self._last_arm_poll = now
+            self.arm.poll()
         every = self.config.daemon.stats_log_interval_s
         if every > 0 and self.server is not None and now - self._last_stats >= every:
             self._last_stats = now
             line = stats_line(self.server.snapshot())
+            if self.arm is not None:
+                line += f"; arm {'ok' if self.arm.healthy else 'FAILING: ' + self.arm.last_error}"
             log.info("stats: %s", line)
             self.notifier.status(line)
 
     def shutdown(self) -> None:
-        """STOPPING=1, stop the server (graceful unless forced), log the final stats."""
+        """STOPPING=1, stop the server (graceful unless forced), release the arm, log the final stats."""
         self.notifier.stopping("shutting down")
         server, self.server = self.server, None
+        try:
+            self._stop_server(server)
+        finally:
+            arm, self.arm = self.arm, None
+            if arm is not None:
+                arm.close()
+            self.notifier.close()
+
+    def _stop_server(self, server: PolicyServer | None) -> None:
         if server is not None:
             timeout = 0.0 if self.force_exit else self.config.daemon.graceful_timeout_s
             log.info(
@@ -127,4 +151,3 @@ class Daemon:
             )
             server.stop(timeout, force=lambda: self.force_exit)
             log.info("final stats: %s", stats_line(server.snapshot()))
-        self.notifier.close()

@@ -1,0 +1,74 @@
+"""The arm as the daemon holds it today: connected at start-up, watched, released at shutdown.
+
+The daemon connects the configured arm (the simulated SO-101 by default), reads its state every
+``daemon.arm_poll_s`` to notice a vanished port or a servo fault, and disconnects it on the way out,
+which turns torque off. It does not command the joints: torque stays as the arm had it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from drivers.arm import open_arm
+from drivers.bus import JointState, SerialServoBus
+from drivers.config import ArmConfig
+from drivers.errors import BusError
+
+log = logging.getLogger(__name__)
+
+
+class ArmMonitor:
+    def __init__(self, config: ArmConfig) -> None:
+        self.config = config
+        self.bus: SerialServoBus | None = None
+        self.healthy = False
+        self.last_error = ""
+        self.last_state: dict[str, JointState] = {}
+        self.reads = 0
+        self.failures = 0
+
+    def open(self) -> None:
+        """Connect the arm and read it once; raises the bus error if the arm cannot be reached."""
+        cfg = self.config
+        where = "simulated servos on a pseudo-terminal" if cfg.kind == "sim" else cfg.port
+        self.bus = open_arm(cfg, base_dir=Path.cwd())
+        self.poll()
+        if not self.healthy:
+            raise BusError(f"arm ({cfg.kind}, {where}) connected but its first read failed: {self.last_error}")
+        positions = ", ".join(f"{n} {s.position:.1f}" for n, s in self.last_state.items())
+        log.info("arm connected: %s %s on %s; positions %s", cfg.model, cfg.kind, where, positions)
+
+    def poll(self) -> None:
+        """Read every joint once; log only changes between healthy and failing."""
+        if self.bus is None:
+            return
+        try:
+            self.last_state = self.bus.read_state()
+        except BusError as e:
+            self.failures += 1
+            if self.healthy or not self.last_error:
+                log.error("arm read failed: %s", e)
+            self.healthy, self.last_error = False, str(e)
+            return
+        self.reads += 1
+        if not self.healthy and self.last_error:
+            log.info("arm read works again after: %s", self.last_error)
+        self.healthy = True
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "kind": self.config.kind,
+            "healthy": self.healthy,
+            "reads": self.reads,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "positions": {n: round(s.position, 2) for n, s in self.last_state.items()},
+        }
+
+    def close(self) -> None:
+        bus, self.bus = self.bus, None
+        if bus is not None:
+            bus.disconnect()  # torque off (by default) inside the driver's finally
+            log.info("arm disconnected")
