@@ -16,9 +16,9 @@ class ArmConfig:
     ``kind = "none"`` means no arm (a pure policy server). ``kind = "sim"`` starts the simulator on a
     pseudo-terminal and drives it with the ``sim_protocol`` driver; ``port`` is then ignored.
     ``calibration`` is a TOML or LeRobot JSON file; in a daemon config file a relative path is taken
-    from the file's folder (``open_arm`` itself takes it from ``base_dir``). ``on_calibration_mismatch``: what ``connect`` does when a
-    servo's stored homing offset differs from the file: ``check`` raises, ``write`` writes the
-    file's value (EEPROM), ``ignore`` only logs.
+    from the file's folder (``open_arm`` itself takes it from ``base_dir``).
+    ``on_calibration_mismatch``: what ``connect`` does when a servo's stored homing offset differs
+    from the file: ``check`` raises, ``write`` writes the file's value (EEPROM), ``ignore`` only logs.
     """
 
     kind: ArmKind = "sim"
