@@ -49,7 +49,11 @@ def _serve(config: Path, notify: str) -> subprocess.Popen[str]:
     env.pop("WATCHDOG_USEC", None)
     return subprocess.Popen(
         [sys.executable, "-m", "runtime", "serve", "--config", str(config)],
-        cwd="/", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd="/",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 

@@ -1,0 +1,47 @@
+"""Every config file shipped in configs/ parses and validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.config import load_config
+from runtime.errors import ConfigError
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_config_loads(path: Path) -> None:
+    config = load_config(path)
+    assert config.server.endpoints
+    assert config.arm.kind in ("sim", "feetech", "dynamixel", "none")
+
+
+def test_default_calibration_file_exists() -> None:
+    assert Path(load_config(None).arm.calibration).is_file()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[engine]\nengine = 'tensorrt'",
+            "engine.engine: expected one of 'auto', 'openvino', 'executorch', got 'tensorrt'",
+        ),
+        ("[engine]\nthreads = '4'", "engine.threads: expected an integer, got str '4'"),
+        ("[engine]\ndevices = ['TPU']", "engine.devices: expected CPU, GPU or NPU, got 'TPU'"),
+        ("[engines]\nbundle = 'x'", "unknown key(s) engines"),
+        ("[server]\nqueue_depth = 0", "server.queue_depth: expected >= 1, got 0"),
+        ("[arm]\nkind = 'feetech'", "port is required for kind = 'feetech'"),
+        ("[daemon]\ntick_s = -1", "daemon.tick_s: expected a period in (0, 5] seconds"),
+        ("[engine\n", "is not valid TOML"),
+    ],
+)
+def test_bad_config_is_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value)
