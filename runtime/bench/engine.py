@@ -32,7 +32,8 @@ def _stats(times: list[float]) -> tuple[float, float]:
     return float(np.median(a)), float(np.percentile(a, 90))
 
 
-def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int) -> dict[str, Any]:
+def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = "openvino") -> dict[str, Any]:
+    """Load ``bundle`` with ``engine`` in a fresh process: time to ready, resident memory, torch or not."""
     cmd = [
         sys.executable,
         "-m",
@@ -42,9 +43,7 @@ def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int) -> dict[str, A
         "check",
         str(bundle),
         "--engine",
-        "openvino",
-        "--precision",
-        "f32",
+        engine,
         "--runs",
         "3",
         "--json",
@@ -65,6 +64,7 @@ def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int) -> dict[str, A
         "parity_ms": result["timing_ms"]["parity"],
         "warmup_ms": result["timing_ms"]["warmup"],
         "process_wall_ms": wall,
+        "rss_mb": result["rss_mb"],
         "torch_imported": result["torch_imported"],
     }
 
@@ -150,7 +150,7 @@ def run_engine_bench(
             )
         for e in engines:
             e.close()
-        cs = cold_start(bundle.path, tuple(cpu_set), n_threads)
+        cs = {e: cold_start(bundle.path, tuple(cpu_set), n_threads, e) for e in ("openvino", "executorch")}
         bundle_mb = sum(f.stat().st_size for f in Bundle.open(bundle.path).path.iterdir()) / 1e6
     return {
         "factory": factory,

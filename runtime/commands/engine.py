@@ -138,6 +138,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
+    import psutil
+
     from runtime.bundle.bundle import Bundle
     from runtime.engine.config import EngineConfig
     from runtime.engine.loader import LoadReport, load_engine, resolve_bundle_path
@@ -180,6 +182,7 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
             "runs": len(times),
         },
         "timing_ms": report.timing_ms,
+        "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
         "torch_imported": "torch" in sys.modules,
     }
 
@@ -203,7 +206,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
             f"(tolerance {p['tolerance']:.3g})\n"
             f"  latency: median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms over {lat['runs']} runs\n"
-            f"  ready in {result['timing_ms']['ready']:.0f} ms; torch imported: {result['torch_imported']}"
+            f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
+            f"torch imported: {result['torch_imported']}"
         )
     return 0 if result["ok"] else 1
 

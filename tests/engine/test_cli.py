@@ -73,7 +73,7 @@ def test_export_writes_a_complete_bundle(tiny_bundle: Path) -> None:
 def test_check_json_reports_what_runs(tiny_bundle: Path) -> None:
     code, result = _check(str(tiny_bundle), "--engine", "openvino", "--precision", "f32")
     assert code == 0
-    for key in ("engine", "device", "precision", "threads", "parity", "latency_ms", "torch_imported"):
+    for key in ("engine", "device", "precision", "threads", "parity", "latency_ms", "torch_imported", "rss_mb"):
         assert key in result
     assert result["engine"] == "openvino" and result["device"] == "CPU" and result["precision"] == "f32"
     parity = result["parity"]
@@ -132,7 +132,9 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
     for row in result["rows"]:
         assert row["median_ms"] > 0 and row["speedup_vs_eager"] > 0
     assert result["rows"][1]["max_abs_err"] < 2e-5  # f32 engine matches eager
-    assert result["cold_start"]["torch_imported"] is False
+    cold = result["cold_start"]
+    assert cold["openvino"]["torch_imported"] is False and cold["executorch"]["torch_imported"] is True
+    assert cold["openvino"]["rss_mb"] > 0 and cold["openvino"]["ready_ms"] > 0
 
 
 def test_executorch_engine_without_torch_says_what_to_install(tiny_bundle: Path) -> None:
