@@ -55,7 +55,8 @@ def zmq_ctx() -> Iterator[zmq.Context]:
 
 @pytest.fixture(scope="session")
 def engine() -> Engine:
-    # The shared demo engine fixture (tests/conftest.py) can replace this one-liner once it lands.
+    # A real OpenVINO model built in code whose every chunk has a numpy reference, so concurrency tests
+    # can check each reply; tests/server/test_bundle_serving.py serves the exported demo bundle.
     return SyntheticEngine(DEMO)
 
 
