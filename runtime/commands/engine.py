@@ -164,6 +164,7 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         engine.infer(inputs)
         times.append((time.perf_counter() - t) * 1e3)
+    rss_mb = round(psutil.Process().memory_info().rss / 2**20, 1)  # with the engine loaded
     engine.close()
     parity = report.parity
     assert parity is not None
@@ -182,7 +183,7 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
             "runs": len(times),
         },
         "timing_ms": report.timing_ms,
-        "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+        "rss_mb": rss_mb,
         "torch_imported": "torch" in sys.modules,
     }
 
