@@ -110,6 +110,9 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             requested_precision=precision,
             cpus=cpus,
         )
+    # the program bytes and the blob copied out of them are the size of the weights: drop them
+    # before the parity run instead of holding them for the life of this call
+    del data, method
     t1 = time.perf_counter()
     info = engine.info
     log.info(
