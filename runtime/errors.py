@@ -29,11 +29,18 @@ class DeviceError(LerobotRuntimeError, RuntimeError):
 
 
 class InputValidationError(LerobotRuntimeError, ValueError):
-    """An observation does not match the policy's declared inputs."""
+    """An observation does not match the policy's declared inputs.
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    ``field`` is the input's name; ``expected`` and ``received`` say what was wanted and what came.
+    """
+
+    def __init__(
+        self, message: str, *, field: str | None = None, expected: str | None = None, received: str | None = None
+    ) -> None:
         super().__init__(message)
         self.field = field
+        self.expected = expected
+        self.received = received
 
 
 class InferenceError(LerobotRuntimeError, RuntimeError):

@@ -15,10 +15,13 @@ def validate_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, object]) -
     expected_names = [s.name for s in specs]
     missing = [n for n in expected_names if n not in inputs]
     if missing:
+        spec = next(s for s in specs if s.name == missing[0])
         raise InputValidationError(
             f"missing input(s) {', '.join(map(repr, missing))}; the policy takes "
             f"{', '.join(map(repr, expected_names))}",
             field=missing[0],
+            expected=f"{spec.dtype}{list(spec.shape)}",
+            received="nothing",
         )
     if len(inputs) != len(specs):
         extra = sorted(set(inputs) - set(expected_names))
@@ -26,6 +29,8 @@ def validate_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, object]) -
             f"unexpected input(s) {', '.join(map(repr, extra))}; the policy takes "
             f"{', '.join(map(repr, expected_names))}",
             field=extra[0],
+            expected=", ".join(expected_names),
+            received=extra[0],
         )
     out: list[np.ndarray] = []
     for spec in specs:
@@ -35,16 +40,22 @@ def validate_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, object]) -
                 f"input {spec.name!r}: expected a numpy array of {spec.dtype}{list(spec.shape)}, "
                 f"got {type(value).__name__}",
                 field=spec.name,
+                expected=f"{spec.dtype}{list(spec.shape)}",
+                received=type(value).__name__,
             )
         if value.dtype != np.dtype(spec.dtype):
             raise InputValidationError(
                 f"input {spec.name!r}: expected dtype {spec.dtype}, got {value.dtype}",
                 field=spec.name,
+                expected=spec.dtype,
+                received=str(value.dtype),
             )
         if value.shape != spec.shape:
             raise InputValidationError(
                 f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}",
                 field=spec.name,
+                expected=str(list(spec.shape)),
+                received=str(list(value.shape)),
             )
         out.append(np.ascontiguousarray(value))
     return out

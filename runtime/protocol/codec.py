@@ -231,7 +231,7 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
     used = [False] * len(views)
     observation: dict[str, np.ndarray] = {}
     for name, desc in obs_raw.items():
-        observation[name] = decode_array(desc, views, used, f"observation.{name}")
+        observation[name] = decode_array(desc, views, used, name)
     if not all(used):
         index = used.index(False)
         raise BadRequestError(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +16,7 @@ class Job:
     socket_index: int
     envelope: list[bytes]  # routing frames to send the reply back through the ROUTER
     request_id: int
-    observation: Mapping[str, np.ndarray]
+    inputs: list[np.ndarray]  # validated, in the policy's input order
     received_at: float  # time.monotonic() at receive
 
     @property

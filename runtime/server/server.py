@@ -20,8 +20,10 @@ import zmq
 
 from runtime import __version__
 from runtime.engine.base import Engine
+from runtime.engine.validate import validate_inputs
+from runtime.errors import InputValidationError
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
-from runtime.protocol.errors import ErrorInfo, ServerError
+from runtime.protocol.errors import BadInputError, ErrorInfo, ServerError
 from runtime.protocol.messages import (
     KINDS,
     PROTOCOL_VERSION,
@@ -33,7 +35,6 @@ from runtime.protocol.messages import (
 )
 from runtime.server.config import ServerConfig
 from runtime.server.endpoints import resolve_endpoint
-from runtime.server.observation import ObservationChecker
 from runtime.server.queue import Job, RequestQueue
 from runtime.server.security import (
     ServerCurve,
@@ -144,7 +145,6 @@ class PolicyServer:
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
         self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(self.engine)
         self.info = policy_info(self.engine, self.max_message_bytes, self.config.queue_depth)
-        self._checker = ObservationChecker(self.engine.manifest.inputs)
         self._hello_body = self.info.to_wire()
         try:
             if self.curve is not None:
@@ -367,8 +367,11 @@ class PolicyServer:
                 sock, envelope, "infer", request.id, "shutting_down", "the server is stopping", received_at
             )
             return
-        self._checker.check(request.observation)  # BadInputError -> reply in _handle
-        job = Job(index, envelope, request.id, request.observation, received_at)
+        try:
+            inputs = validate_inputs(self.engine.manifest.inputs, request.observation)
+        except InputValidationError as e:  # answered bad_input by _handle; nothing is queued
+            raise BadInputError(str(e), field=e.field, expected=e.expected, received=e.received) from None
+        job = Job(index, envelope, request.id, inputs, received_at)
         result = self.queue.put(job)
         if not result.accepted:
             cap = self.queue.capacity

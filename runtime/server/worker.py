@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.engine.base import Engine
-from runtime.errors import InferenceError, InputValidationError
+from runtime.errors import InferenceError
 from runtime.protocol.codec import encode_actions_reply, encode_error
 from runtime.protocol.errors import ErrorInfo
 from runtime.protocol.messages import Timing
@@ -95,10 +95,9 @@ class InferenceWorker(threading.Thread):
         queue_ms = (started - job.received_at) * 1e3
         assert self.engine is not None
         try:
-            outputs = self.engine.infer(job.observation)
+            # the I/O thread validated and ordered the inputs before queueing them
+            outputs = self.engine.run_validated(job.inputs)
             actions = outputs[self._action_output]
-        except InputValidationError as e:
-            return self._error(job, started, "bad_input", str(e), e.field)
         except InferenceError as e:
             reason = f"{e} ({e.backend_reason})" if e.backend_reason else str(e)
             return self._error(job, started, "inference_failed", reason, None)
@@ -116,5 +115,4 @@ class InferenceWorker(threading.Thread):
             (started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3
         )
         self.stats.error(code)
-        where = f"observation.{field}" if field else None
-        return [encode_error("infer", job.request_id, ErrorInfo(code, message, where), timing)]
+        return [encode_error("infer", job.request_id, ErrorInfo(code, message, field), timing)]
