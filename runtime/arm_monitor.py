@@ -20,9 +20,10 @@ log = logging.getLogger(__name__)
 
 
 class ArmMonitor:
-    def __init__(self, config: ArmConfig) -> None:
+    def __init__(self, config: ArmConfig, bus: SerialServoBus | None = None) -> None:
+        """``bus``: an already connected bus to hold instead of opening one from ``config``."""
         self.config = config
-        self.bus: SerialServoBus | None = None
+        self.bus: SerialServoBus | None = bus
         self.healthy = False
         self.last_error = ""
         self.last_state: dict[str, JointState] = {}
@@ -33,7 +34,8 @@ class ArmMonitor:
         """Connect the arm and read it once; raises the bus error if the arm cannot be reached."""
         cfg = self.config
         where = "simulated servos on a pseudo-terminal" if cfg.kind == "sim" else cfg.port
-        self.bus = open_arm(cfg, base_dir=Path.cwd())
+        if self.bus is None:
+            self.bus = open_arm(cfg, base_dir=Path.cwd())
         self.poll()
         if not self.healthy:
             raise BusError(f"arm ({cfg.kind}, {where}) connected but its first read failed: {self.last_error}")
@@ -67,8 +69,18 @@ class ArmMonitor:
             "positions": {n: round(s.position, 2) for n, s in self.last_state.items()},
         }
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Disconnect (torque off by default, the port closed in the driver's finally).
+
+        Returns False, after logging why, when torque could not be confirmed off.
+        """
         bus, self.bus = self.bus, None
-        if bus is not None:
-            bus.disconnect()  # torque off (by default) inside the driver's finally
-            log.info("arm disconnected")
+        if bus is None:
+            return True
+        try:
+            bus.disconnect()
+        except BusError as e:
+            log.error("arm disconnected, but turning torque off failed: %s; check the arm by hand", e)
+            return False
+        log.info("arm disconnected")
+        return True

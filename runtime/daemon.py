@@ -139,8 +139,8 @@ class Daemon:
             self._stop_server(server)
         finally:
             arm, self.arm = self.arm, None
-            if arm is not None:
-                arm.close()
+            if arm is not None and not arm.close():
+                self.failed = True
             self.notifier.close()
 
     def _stop_server(self, server: PolicyServer | None) -> None:
