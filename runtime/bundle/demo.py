@@ -14,7 +14,7 @@ from pathlib import Path
 
 from runtime import __version__
 from runtime.bundle.manifest import read_manifest
-from runtime.errors import BundleError, ConfigError
+from runtime.errors import BundleError, ConfigError, MissingDependencyError
 
 log = logging.getLogger(__name__)
 
@@ -53,5 +53,12 @@ def ensure_bundle(kind: str = "demo", root: Path | None = None) -> Path:
 
     log.info("building the built-in %s bundle in %s (once)", kind, path)
     name = "demo_act" if kind == "demo" else "act_resnet18"
-    export_bundle(FACTORIES[kind], path, device="CPU", policy_name=name)
+    try:
+        export_bundle(FACTORIES[kind], path, device="CPU", policy_name=name)
+    except MissingDependencyError as e:
+        raise MissingDependencyError(
+            f"no bundle is configured, and the built-in {kind} bundle is exported on first use, which "
+            f"needs the export tools: {e}; or point engine.bundle (or the BUNDLE argument) at an "
+            "exported bundle"
+        ) from e
     return path
