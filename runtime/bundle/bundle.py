@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from runtime.bundle.manifest import FileEntry, Manifest, ProgramEntry, read_mani
 from runtime.errors import BundleError, BundleFileNotFoundError, DeviceError
 
 
-def sha256_bytes(data: bytes) -> str:
+def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -73,7 +74,7 @@ class Bundle:
             )
         return f
 
-    def _verify(self, f: Path, expected: str, where: str, data: bytes | None = None) -> None:
+    def _verify(self, f: Path, expected: str, where: str, data: bytes | memoryview | None = None) -> None:
         got = sha256_bytes(data) if data is not None else sha256_file(f)
         if got != expected:
             raise BundleError(
@@ -98,6 +99,20 @@ class Bundle:
         data = f.read_bytes()
         self._verify(f, entry.sha256, f"programs.{device}.file", data)
         return data
+
+    def map_program(self, device: str) -> memoryview:
+        """The program for ``device`` memory-mapped (no copy), verified against the manifest's sha256.
+
+        The mapping is private and writable (copy-on-write): OpenVINO can import a blob straight out
+        of it, and nothing written through it reaches the file.
+        """
+        entry = self.program(device)
+        f = self.file(entry.file, f"programs.{device}.file")
+        with f.open("rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        view = memoryview(mapped)
+        self._verify(f, entry.sha256, f"programs.{device}.file", view)
+        return view
 
     def test_case(self) -> TestCase:
         entry = self.manifest.test_case

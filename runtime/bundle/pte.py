@@ -61,7 +61,7 @@ _LOCATION_SEGMENT = 1
 class DelegateInfo:
     backend_id: str
     compile_specs: dict[str, bytes]
-    payload: bytes
+    payload: bytes | memoryview  # a view into the program when it was parsed from a memoryview
 
     @property
     def device(self) -> str:
@@ -133,11 +133,13 @@ def read_program(path: str | Path) -> dict[str, MethodInfo]:
     return parse_program(data, str(p))
 
 
-def parse_program(data: bytes, name: str = "<program>") -> dict[str, MethodInfo]:
+def parse_program(data: bytes | memoryview, name: str = "<program>") -> dict[str, MethodInfo]:
+    """Parse a program held in memory; from a memoryview (an mmap) delegate payloads are not copied."""
     if len(data) < 32 or data[4:8] != FILE_IDENTIFIER:
         got = data[4:8] if len(data) >= 8 else data
         raise BundleError(
-            f"{name}: not an ExecuTorch program: expected file identifier {FILE_IDENTIFIER!r} at byte 4, got {got!r}"
+            f"{name}: not an ExecuTorch program: expected file identifier {FILE_IDENTIFIER!r} at byte 4, "
+            f"got {bytes(got)!r}"
         )
     segment_base = 0
     if data[8:12] == EXTENDED_HEADER_MAGIC:
@@ -161,7 +163,7 @@ def parse_program(data: bytes, name: str = "<program>") -> dict[str, MethodInfo]
 def _method(
     plan: Table,
     method: str,
-    data: bytes,
+    data: bytes | memoryview,
     inline: list[bytes],
     segments: list[tuple[int, int]],
     segment_base: int,

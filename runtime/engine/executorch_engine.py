@@ -9,6 +9,7 @@ importing the same blob the way the backend does.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from runtime.bundle.manifest import Manifest
 from runtime.bundle.pte import MethodInfo
 from runtime.engine import ovlib
 from runtime.engine.base import Engine, EngineInfo
-from runtime.engine.openvino_engine import ov_precision_name
+from runtime.engine.openvino_engine import import_blob, ov_precision_name
 from runtime.errors import BundleError, InferenceError, MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class ExecuTorchEngine(Engine):
     def __init__(
         self,
         manifest: Manifest,
-        program_bytes: bytes,
+        source: bytes | Path,
         method: MethodInfo,
         *,
         device: str,
@@ -61,7 +62,7 @@ class ExecuTorchEngine(Engine):
             )
         self._torch = torch
         try:
-            self._program = rt.load_program(program_bytes, verification=Verification.Minimal)
+            self._program = rt.load_program(source, verification=Verification.Minimal)
             self._method = self._program.load_method("forward")
         except RuntimeError as e:
             reason = ovlib.last_error_message()
@@ -108,10 +109,10 @@ class ExecuTorchEngine(Engine):
         blobs = [d for d in method.delegates if d.backend_id == "OpenvinoBackend"]
         if not blobs:
             return "f32", 0  # nothing delegated: portable kernels, single-threaded float32
-        compiled = ov.Core().import_model(blobs[0].payload, device)
+        compiled, blob = import_blob(ov.Core(), blobs[0].payload, device, {})
         precision = ov_precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
         threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) if device == "CPU" else 0
-        del compiled
+        del compiled, blob
         return precision, threads
 
     @staticmethod

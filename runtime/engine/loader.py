@@ -70,7 +70,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     report.skipped_devices = choice.skipped
     device = choice.device
     entry = bundle.program(device)
-    data = bundle.read_program(device)
+    data = bundle.map_program(device)
     method = parse_program(data, str(path / entry.file))["forward"]
     precision = entry.precision if config.precision == "auto" else config.precision
 
@@ -102,7 +102,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
 
         engine = ExecuTorchEngine(
             manifest,
-            data,
+            path / entry.file,  # ExecuTorch reads the file itself; its sha256 was checked above
             method,
             device=device,
             bundle=str(path),
@@ -110,8 +110,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             requested_precision=precision,
             cpus=cpus,
         )
-    # the program bytes and the blob copied out of them are the size of the weights: drop them
-    # before the parity run instead of holding them for the life of this call
+    # the mapping stays only as long as an engine needs it (the openvino engine holds its blob)
     del data, method
     t1 = time.perf_counter()
     info = engine.info

@@ -31,6 +31,21 @@ def ov_precision_name(value: Any) -> str:
     return text
 
 
+def import_blob(core: Any, payload: bytes | memoryview, device: str, props: dict[str, Any]) -> tuple[Any, Any]:
+    """Import an OpenVINO blob; returns the compiled model and what must stay alive with it.
+
+    A memoryview (a slice of the memory-mapped program) is handed over as a shared tensor, so the
+    weights are not copied on the way in; OpenVINO may keep reading that memory, so the caller holds
+    the returned tensor as long as the compiled model.
+    """
+    if isinstance(payload, memoryview):
+        import openvino as ov
+
+        tensor = ov.Tensor(np.frombuffer(payload, dtype=np.uint8), shared_memory=True)
+        return core.import_model(tensor, device, props), tensor
+    return core.import_model(payload, device, props), None
+
+
 def direct_engine_refusal(method: MethodInfo) -> str | None:
     """Why the direct engine cannot run ``method``, or None when it can."""
     if method.kernel_ops:
@@ -77,7 +92,7 @@ class OpenVINOEngine(Engine):
             props["CACHE_DIR"] = cache_dir
         core = ov.Core()
         try:
-            compiled = core.import_model(method.delegates[0].payload, device, props)
+            compiled, self._blob = import_blob(core, method.delegates[0].payload, device, props)
         except RuntimeError as e:
             raise BundleError(
                 f"{bundle}/{program}: OpenVINO {ov.get_version()} could not import the {device} blob: {e}. "
@@ -143,3 +158,4 @@ class OpenVINOEngine(Engine):
     def close(self) -> None:
         self._request = None
         self._compiled = None
+        self._blob = None
