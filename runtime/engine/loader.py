@@ -16,7 +16,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.devices import choose_device, present_devices
 from runtime.engine.openvino_engine import OpenVINOEngine, direct_engine_refusal
 from runtime.engine.parity import ParityResult, run_parity
-from runtime.errors import ParityError
+from runtime.errors import BundleError, ParityError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,12 @@ class LoadReport:
             "parity": self.parity.to_json() if self.parity else None,
             "timing_ms": dict(self.timing_ms),
         }
+
+
+def openvino_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("openvino")
 
 
 def resolve_bundle_path(config: EngineConfig) -> Path:
@@ -70,6 +76,13 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     report.skipped_devices = choice.skipped
     device = choice.device
     entry = bundle.program(device)
+    installed = openvino_version()
+    if entry.openvino_version and entry.openvino_version != installed:
+        raise BundleError(
+            f"{path}: the {device} program was compiled by OpenVINO {entry.openvino_version}, this machine has "
+            f"{installed}; a compiled blob only imports on the version that made it. Re-make it here with: "
+            f"lerobot-runtime lower {path} --device {device}"
+        )
     data = bundle.map_program(device)
     method = parse_program(data, str(path / entry.file))["forward"]
     precision = entry.precision if config.precision == "auto" else config.precision

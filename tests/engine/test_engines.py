@@ -15,7 +15,7 @@ from runtime.engine.base import Engine
 from runtime.engine.config import EngineConfig
 from runtime.engine.devices import choose_device, present_devices
 from runtime.engine.loader import LoadReport, load_engine
-from runtime.errors import ConfigError, DeviceError, InputValidationError, ParityError
+from runtime.errors import BundleError, ConfigError, DeviceError, InputValidationError, ParityError
 
 
 def _load(bundle: Path, **kw: object) -> tuple[Engine, LoadReport]:
@@ -269,3 +269,11 @@ def test_load_report_times_every_step(demo_bundle: Path) -> None:
     _, report = _load(demo_bundle)
     assert set(report.timing_ms) == {"load", "parity", "warmup", "ready"}
     assert report.timing_ms["ready"] >= report.timing_ms["load"] + report.timing_ms["parity"]
+
+
+def test_program_from_another_openvino_version_is_refused(bundle_copy: Path) -> None:
+    manifest = json.loads((bundle_copy / "manifest.json").read_text())
+    manifest["programs"]["CPU"]["openvino_version"] = "2024.0.0"
+    (bundle_copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"compiled by OpenVINO 2024.0.0, this machine has .*lerobot-runtime lower"):
+        _load(bundle_copy)
