@@ -8,7 +8,6 @@ which turns torque off. It does not command the joints: torque stays as the arm 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from drivers.arm import open_arm
@@ -35,7 +34,7 @@ class ArmMonitor:
         cfg = self.config
         where = "simulated servos on a pseudo-terminal" if cfg.kind == "sim" else cfg.port
         if self.bus is None:
-            self.bus = open_arm(cfg, base_dir=Path.cwd())
+            self.bus = open_arm(cfg)
         self.poll()
         if not self.healthy:
             raise BusError(f"arm ({cfg.kind}, {where}) connected but its first read failed: {self.last_error}")

@@ -22,14 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from runtime.bench.stats import summarize
 from runtime.engine.affinity import inference_cpus, pin_current_thread
 
 log = logging.getLogger(__name__)
-
-
-def _stats(times: list[float]) -> tuple[float, float]:
-    a = np.asarray(times)
-    return float(np.median(a)), float(np.percentile(a, 90))
 
 
 def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = "openvino") -> dict[str, Any]:
@@ -74,7 +70,6 @@ def run_engine_bench(
 ) -> dict[str, Any]:
     import torch
 
-    from runtime.bundle.bundle import Bundle
     from runtime.bundle.export import export_bundle, load_factory
     from runtime.engine.config import EngineChoice, EngineConfig, PrecisionChoice
     from runtime.engine.loader import LoadReport, load_engine
@@ -133,10 +128,11 @@ def run_engine_bench(
                 t = time.perf_counter()
                 outputs[name] = fn()
                 times[name].append((time.perf_counter() - t) * 1e3)
-        eager_median, _ = _stats(times["eager_pytorch_f32"])
+        eager_median = summarize(times["eager_pytorch_f32"])["median"]
         rows = []
         for name, _, ran_precision in candidates:
-            median, p90 = _stats(times[name])
+            lat = summarize(times[name])
+            median, p90 = lat["median"], lat["p90"]
             err = compare(outputs[name], reference, float("inf")).max_abs_err
             rows.append(
                 {
@@ -151,7 +147,7 @@ def run_engine_bench(
         for e in engines:
             e.close()
         cs = {e: cold_start(bundle.path, tuple(cpu_set), n_threads, e) for e in ("openvino", "executorch")}
-        bundle_mb = sum(f.stat().st_size for f in Bundle.open(bundle.path).path.iterdir()) / 1e6
+        bundle_mb = sum(f.stat().st_size for f in bundle.path.iterdir()) / 1e6
     return {
         "factory": factory,
         "threads": n_threads,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-from importlib import metadata
 from pathlib import Path
 
 from runtime import __version__
 from runtime.bundle.manifest import read_manifest
 from runtime.errors import BundleError, ConfigError, MissingDependencyError
+from runtime.versions import package_version
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _is_current(path: Path) -> bool:
         m = read_manifest(path)
     except BundleError:
         return False
-    return m.tools.get("lerobot_runtime") == __version__ and m.tools.get("openvino") == metadata.version("openvino")
+    return m.tools.get("lerobot_runtime") == __version__ and m.tools.get("openvino") == package_version("openvino")
 
 
 def ensure_bundle(kind: str = "demo", root: Path | None = None) -> Path:

@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from drivers.calibration import SO101_JOINTS
 from runtime import __version__
 from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.bundle.manifest import (
@@ -37,12 +37,12 @@ from runtime.bundle.manifest import (
 from runtime.bundle.pte import parse_program
 from runtime.engine.devices import present_devices
 from runtime.errors import DeviceError, ExportError, MissingDependencyError
+from runtime.versions import package_version as _version
 
 log = logging.getLogger(__name__)
 
 PORTABLE_FILE = "model.pt2"
 TEST_CASE_FILE = "test_case.npz"
-SO101_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 
 
 @contextmanager
@@ -88,13 +88,6 @@ def _torch() -> Any:
             "exporting needs torch, executorch and nncf: pip install 'lerobot-runtime[export]'"
         ) from e
     return torch
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def tool_versions() -> dict[str, str]:

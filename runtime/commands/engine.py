@@ -131,15 +131,10 @@ def cmd_lower(args: argparse.Namespace) -> int:
     return 0
 
 
-def _percentile(values: list[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.percentile(np.asarray(values), q))
-
-
 def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
     import psutil
 
+    from runtime.bench.stats import summarize
     from runtime.bundle.bundle import Bundle
     from runtime.engine.config import EngineConfig
     from runtime.engine.loader import LoadReport, load_engine, resolve_bundle_path
@@ -176,12 +171,7 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         "engine_reason": report.engine_reason,
         "skipped_devices": list(report.skipped_devices),
         "parity": parity.to_json(),
-        "latency_ms": {
-            "median": _percentile(times, 50),
-            "p90": _percentile(times, 90),
-            "min": min(times),
-            "runs": len(times),
-        },
+        "latency_ms": {**summarize(times), "runs": len(times)},
         "timing_ms": report.timing_ms,
         "rss_mb": rss_mb,
         "torch_imported": "torch" in sys.modules,

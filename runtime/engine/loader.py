@@ -17,6 +17,7 @@ from runtime.engine.devices import choose_device, present_devices
 from runtime.engine.openvino_engine import OpenVINOEngine, direct_engine_refusal
 from runtime.engine.parity import ParityResult, run_parity
 from runtime.errors import BundleError, ParityError
+from runtime.versions import package_version
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,6 @@ class LoadReport:
             "parity": self.parity.to_json() if self.parity else None,
             "timing_ms": dict(self.timing_ms),
         }
-
-
-def openvino_version() -> str:
-    from importlib import metadata
-
-    return metadata.version("openvino")
 
 
 def resolve_bundle_path(config: EngineConfig) -> Path:
@@ -76,7 +71,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     report.skipped_devices = choice.skipped
     device = choice.device
     entry = bundle.program(device)
-    installed = openvino_version()
+    installed = package_version("openvino")
     if entry.openvino_version and entry.openvino_version != installed:
         raise BundleError(
             f"{path}: the {device} program was compiled by OpenVINO {entry.openvino_version}, this machine has "

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-SO101_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 IMAGE_INPUT = "observation.images.front"
 STATE_INPUT = "observation.state"
 ACTION_OUTPUT = "action"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from drivers.calibration import SO101_JOINTS
 from runtime.bundle.manifest import Manifest, ProgramEntry, TensorSpec, TestCaseEntry
 from runtime.engine.base import Engine, EngineInfo
 from runtime.errors import InferenceError
@@ -20,7 +21,7 @@ from runtime.errors import InferenceError
 IMAGE = "observation.images.front"
 STATE = "observation.state"
 ACTION = "action"
-JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+JOINTS = SO101_JOINTS
 
 
 @dataclass(frozen=True)
