@@ -7,16 +7,8 @@ from pathlib import Path
 from drivers.bus import SerialServoBus
 from drivers.calibration import load_calibration
 from drivers.config import ArmConfig
-from drivers.dynamixel.bus import DynamixelBus
-from drivers.feetech.bus import FeetechBus
-
-
-def bus_class(protocol: str) -> type[SerialServoBus]:
-    if protocol == "feetech":
-        return FeetechBus
-    if protocol == "dynamixel":
-        return DynamixelBus
-    raise ValueError(f"unknown servo protocol {protocol!r}; expected feetech or dynamixel")
+from drivers.sim.arm import SimArm
+from drivers.vendors import bus_class
 
 
 def open_arm(
@@ -35,8 +27,6 @@ def open_arm(
         cal_path = Path(base_dir) / cal_path
     calibration = load_calibration(cal_path)
     if config.kind == "sim":
-        from drivers.sim.arm import SimArm
-
         return SimArm.start(
             calibration,
             protocol=config.sim_protocol,

@@ -71,7 +71,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 
 def _open(args: argparse.Namespace, calibration: object) -> object:
-    from drivers.arm import bus_class
+    from drivers.vendors import bus_class
 
     return bus_class(args.protocol)(
         args.port,
@@ -84,8 +84,8 @@ def _open(args: argparse.Namespace, calibration: object) -> object:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from drivers.arm import bus_class
     from drivers.calibration import Calibration
+    from drivers.vendors import bus_class
 
     bus = bus_class(args.protocol)(args.port, Calibration({}), baud=args.baud, timeout_ms=args.timeout_ms)
     with bus:
@@ -148,7 +148,7 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from drivers import bench as bus_bench
+    from runtime.bench import bus as bus_bench
 
     report = bus_bench.run(cycles=args.cycles)
     print(json.dumps(report, indent=2) if args.json else bus_bench.format_table(report))

@@ -8,6 +8,7 @@ from typing import Literal, Self
 from drivers.bus import SerialServoBus
 from drivers.calibration import Calibration
 from drivers.sim.simulator import ServoSimulator
+from drivers.vendors import bus_class
 
 
 class SimArm:
@@ -29,8 +30,6 @@ class SimArm:
         verify_goals: bool = False,
         connect: bool = True,
     ) -> SimArm:
-        from drivers.arm import bus_class
-
         joints = calibration.joints.values()
         sim = ServoSimulator(
             protocol,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ FEETECH_VOLTAGE = 0x01
 DYNAMIXEL_OVERLOAD = 0x20
 DYNAMIXEL_OVERHEAT = 0x04
 DYNAMIXEL_VOLTAGE = 0x01
+
+LOG_LENGTH = 100_000  # about an hour of goals at 30 Hz; older entries fall off
 
 
 @dataclass
@@ -48,6 +51,11 @@ class SimServo:
         self.id = servo_id
         self.dialect = dialect
         self.faults = Faults()
+        #: every goal this servo heard, as (clock time, raw ticks as received, before its own limits):
+        #: what tests assert safety on ("the servo never received the bad goal")
+        self.goal_log: deque[tuple[float, int]] = deque(maxlen=LOG_LENGTH)
+        #: every Torque_Enable write, as (clock time, value)
+        self.torque_log: deque[tuple[float, int]] = deque(maxlen=LOG_LENGTH)
         self.speed = speed_steps_s
         self._clock = clock
         self._t = clock()
@@ -128,8 +136,12 @@ class SimServo:
         if address <= homing.address < address + len(data):
             # The reported frame moves with the offset, the shaft does not.
             self.position += self.dialect.homing_sign * (self.get("Homing_Offset") - old_offset)
+        torque = self._reg["Torque_Enable"]
+        if address <= torque.address < address + len(data):
+            self.torque_log.append((self._t, self.get("Torque_Enable")))
         goal = self._reg["Goal_Position"]
         if address <= goal.address < address + len(data):
+            self.goal_log.append((self._t, self.goal))
             lo, hi = self._limits()
             self._set("Goal_Position", min(hi, max(lo, self.goal)))
         self._refresh()

@@ -62,8 +62,8 @@ def _keys(args: argparse.Namespace) -> int:
 def _bench_serve(args: argparse.Namespace) -> int:
     import json
 
+    from runtime.bench.serve import format_table, run_bench
     from runtime.engine.base import Engine
-    from runtime.server.bench import format_table, run_bench
 
     def make_engine() -> Engine:
         if args.bundle or args.act:

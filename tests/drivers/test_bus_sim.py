@@ -63,7 +63,7 @@ def test_positions_follow_goals_at_the_speed_limit(protocol: str) -> None:
 
 
 def SimBus(protocol: str) -> type[SerialServoBus]:
-    from drivers.arm import bus_class
+    from drivers.vendors import bus_class
 
     return bus_class(protocol)
 

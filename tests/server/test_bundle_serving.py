@@ -84,7 +84,7 @@ def test_socket_threads_stay_off_the_inference_cpus(tmp_path: Path) -> None:
 
 
 def test_bench_serve_reports_overhead_next_to_both_floors() -> None:
-    from runtime.server.bench import run_bench
+    from runtime.bench.serve import run_bench
     from runtime.server.synthetic import DEMO, SyntheticEngine
 
     result = run_bench(lambda: SyntheticEngine(DEMO), n=5, warmup=2)

@@ -51,7 +51,7 @@ def observation_for(engine: Engine, seed: int = 0) -> dict[str, np.ndarray]:
 def _client(endpoint: str, mode: str, engine: Engine, n: int, warmup: int, cpu: int) -> list[list[float]]:
     """Run the bench client in its own process (a control loop is one) and collect its samples."""
     specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.inputs])
-    cmd = [sys.executable, "-m", "runtime.server.bench_client", endpoint, mode, specs, str(n), str(warmup), str(cpu)]
+    cmd = [sys.executable, "-m", "runtime.bench.serve_client", endpoint, mode, specs, str(n), str(warmup), str(cpu)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"bench client ({mode} on {endpoint}) failed: {out.stderr.strip()[-2000:]}")

@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from drivers.arm import bus_class
 from drivers.calibration import Calibration
 from drivers.sim.simulator import ServoSimulator
+from drivers.vendors import bus_class
 
 TICK_MS = 1000 / 30
 BITS_PER_BYTE = 10

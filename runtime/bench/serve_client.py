@@ -1,6 +1,6 @@
 """The client side of ``bench serve``, run as its own process, as a robot control loop would be.
 
-``python -m runtime.server.bench_client ENDPOINT MODE SPECS N WARMUP CPU`` sends ``N + WARMUP``
+``python -m runtime.bench.serve_client ENDPOINT MODE SPECS N WARMUP CPU`` sends ``N + WARMUP``
 observations built from ``SPECS`` (JSON ``[[name, dtype, shape], ...]``) and prints one JSON list of
 ``[round_trip_ms, server_infer_ms]`` per measured request. MODE ``served`` goes through
 :class:`~runtime.client.PolicyClient`; ``floor`` sends the same encoded frames over a bare DEALER and
