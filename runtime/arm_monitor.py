@@ -1,14 +1,15 @@
-"""The arm as the daemon holds it today: connected at start-up, watched, released at shutdown.
+"""The arm as the daemon holds it: connected at start-up, watched, released at shutdown.
 
-The daemon connects the configured arm (the simulated SO-101 by default), reads its state every
-``daemon.arm_poll_s`` to notice a vanished port or a servo fault, and disconnects it on the way out,
-which turns torque off. It does not command the joints: torque stays as the arm had it.
+The daemon connects the configured arm (the simulated SO-101 by default) and disconnects it on the
+way out, which turns torque off. Health comes from the control loop's own reads once the loop runs
+(one thread owns the serial port); without a loop, the monitor reads the state every
+``daemon.arm_poll_s`` to notice a vanished port or a servo fault.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from drivers.arm import open_arm
 from drivers.bus import JointState, SerialServoBus
@@ -16,6 +17,13 @@ from drivers.config import ArmConfig
 from drivers.errors import BusError
 
 log = logging.getLogger(__name__)
+
+
+class ArmReadings(Protocol):
+    """What the control loop exposes of its own reads."""
+
+    arm_error: str
+    last_state: dict[str, JointState]
 
 
 class ArmMonitor:
@@ -28,6 +36,8 @@ class ArmMonitor:
         self.last_state: dict[str, JointState] = {}
         self.reads = 0
         self.failures = 0
+        #: the control loop, once it owns the port: health is taken from its reads
+        self.source: ArmReadings | None = None
 
     def open(self) -> None:
         """Connect the arm and read it once; raises the bus error if the arm cannot be reached."""
@@ -46,7 +56,12 @@ class ArmMonitor:
         if self.bus is None:
             return
         try:
-            self.last_state = self.bus.read_state()
+            if self.source is not None:
+                if self.source.arm_error:
+                    raise BusError(self.source.arm_error)
+                self.last_state = dict(self.source.last_state)
+            else:
+                self.last_state = self.bus.read_state()
         except BusError as e:
             self.failures += 1
             if self.healthy or not self.last_error:

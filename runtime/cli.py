@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 COMMAND_MODULES = (
     "runtime.commands.engine",  # export, lower, check, bench engine
     "runtime.commands.serve",  # serve, keys, bench serve
+    "runtime.commands.control",  # control, camera, replay, bench loop
     "drivers.cli",  # motors scan/read, bench bus
 )
 

@@ -142,10 +142,14 @@ class PolicyClient:
     # --- calls -------------------------------------------------------------------------------
 
     def _call(
-        self, kind: str, observation: Mapping[str, np.ndarray] | None, timeout_s: float | None
+        self,
+        kind: str,
+        observation: Mapping[str, np.ndarray] | None,
+        timeout_s: float | None,
+        body: Mapping[str, Any] | None = None,
     ) -> tuple[Reply, float]:
         rid = next(self._ids)
-        frames = encode_request(kind, rid, observation)
+        frames = encode_request(kind, rid, observation, body)
         start = time.perf_counter()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         self._socket.send_multipart(frames, copy=False)
@@ -201,3 +205,17 @@ class PolicyClient:
     def stats(self, *, timeout_s: float | None = None) -> StatsSnapshot:
         reply, _ = self._call("stats", None, timeout_s)
         return stats_from_reply(reply)
+
+    def control(
+        self, command: str, *, who: str = "", reason: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """``control.<command>`` (start, stop, estop, release, status, dump); returns the reply body.
+
+        Refusals raise ``ControlRefusedError`` (why, e.g. a latched e-stop) or ``NoControlError``
+        (the daemon does not drive an arm).
+        """
+        body = {"who": who} if who else {}
+        if reason:
+            body["reason"] = reason
+        reply, _ = self._call(f"control.{command}", None, timeout_s, body)
+        return dict(reply.body)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from drivers.config import ArmConfig
 from runtime.configtools import from_mapping, load_toml
+from runtime.control.config import ControlConfig
 from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError
 from runtime.server.config import ServerConfig
@@ -26,6 +27,18 @@ class DaemonSettings:
     graceful_timeout_s: float = 5.0
     stats_log_interval_s: float = 60.0
     arm_poll_s: float = 1.0
+    state_dir: str = ""
+
+    def state_path(self) -> Path:
+        """Where flight recordings go: ``state_dir``, else systemd's $STATE_DIRECTORY, else ~/.local/state."""
+        import os
+
+        if self.state_dir:
+            return Path(self.state_dir).expanduser()
+        if state := os.environ.get("STATE_DIRECTORY"):
+            return Path(state.split(":")[0])
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        return base / "lerobot-runtime"
 
     def __post_init__(self) -> None:
         if not 0 < self.tick_s <= 5:
@@ -43,6 +56,7 @@ class DaemonConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
 

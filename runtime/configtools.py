@@ -2,8 +2,8 @@
 
 Every field is checked against its annotation: unknown keys, wrong types and values outside a
 ``Literal`` are refused with the dotted key, what was expected and what came. Supported annotations:
-``bool``, ``int``, ``float``, ``str``, ``Literal[...]``, ``X | None``, ``tuple[X, ...]`` and nested
-frozen dataclasses.
+``bool``, ``int``, ``float``, ``str``, ``Literal[...]``, ``X | None``, ``tuple[X, ...]``,
+``dict[str, X]`` (a TOML table keyed by name, e.g. per joint) and nested frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -86,6 +86,11 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {_describe(value)}")
         item = args[0] if args else Any
         return tuple(_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a table, got {_describe(value)}")
+        item = args[1] if len(args) == 2 else Any
+        return {str(k): _convert(v, item, f"{key}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return from_mapping(hint, value, key)
     if hint is Any:

@@ -10,6 +10,7 @@ engine is loaded, its parity gate passed and every socket is bound.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -19,6 +20,9 @@ from typing import Any
 
 from runtime.arm_monitor import ArmMonitor
 from runtime.config import DaemonConfig
+from runtime.control.handler import LoopControl, ServerInference
+from runtime.control.loop import ControlLoop
+from runtime.control.streams import ObservationStreams
 from runtime.engine.base import Engine
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
@@ -27,6 +31,8 @@ from runtime.server.stats import stats_line
 log = logging.getLogger(__name__)
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+AUTO_DUMP_SPACING_S = 5.0  # a fault storm writes one recording, not hundreds
+ESTOP_SIGNAL = signal.SIGUSR1  # `systemctl kill -s USR1 lerobot-runtime`: latch the e-stop
 
 
 class Daemon:
@@ -41,6 +47,10 @@ class Daemon:
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.server: PolicyServer | None = None
         self.arm: ArmMonitor | None = None
+        self.loop: ControlLoop | None = None
+        self.streams: ObservationStreams | None = None
+        self._stall_logged = False
+        self._last_auto_dump = -math.inf
         self.should_exit = False
         self.force_exit = False
         self.failed = False
@@ -61,6 +71,7 @@ class Daemon:
             return  # signals can only be handled on the main thread (e.g. when run inside tests)
         for sig in HANDLED_SIGNALS:
             self._previous_handlers[sig] = signal.signal(sig, self.handle_exit)
+        self._previous_handlers[ESTOP_SIGNAL] = signal.signal(ESTOP_SIGNAL, self.handle_estop)
 
     def restore_signal_handlers(self) -> None:
         for sig, handler in self._previous_handlers.items():
@@ -73,6 +84,11 @@ class Daemon:
             self.force_exit = True
         else:
             self.should_exit = True
+
+    def handle_estop(self, sig: int, frame: FrameType | None) -> None:
+        # A flag on the loop, carried out at its next tick.
+        if self.loop is not None:
+            self.loop.request_estop(f"signal {signal.Signals(sig).name}")
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -95,14 +111,45 @@ class Daemon:
             self.notifier.status("connecting the arm")
             self.arm = ArmMonitor(self.config.arm)
             self.arm.open()
+            if self.config.control.enabled:
+                self._start_control(server)
         info = server.info
         where = ", ".join(server.bound_endpoints)
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
+        if self.loop is not None:
+            arm += f", control loop at {self.loop.rate_hz:g} Hz (idle until control start)"
         status = f"serving {info.policy_name} on {info.device}/{info.precision} at {where}{arm}"
         now = time.monotonic()
         self._last_watchdog = self._last_stats = self._last_arm_poll = now
         self.notifier.ready(status)
         log.info("ready: %s", status)
+
+    def _start_control(self, server: PolicyServer) -> None:
+        import os
+
+        assert self.arm is not None and self.arm.bus is not None
+        engine_cpus = set(server.engine.info.cpus)
+        allowed = set(os.sched_getaffinity(0))
+        control_cpu = self.config.engine.control_cpu
+        cpu = control_cpu if control_cpu in allowed else None
+        io_cpus = (allowed - engine_cpus) or allowed
+        if self.config.control.streams:
+            self.streams = ObservationStreams(self.config.control.streams, server.engine.manifest.inputs, cpus=io_cpus)
+        loop = ControlLoop(
+            self.arm.bus,
+            self.arm.bus.calibration,
+            server.engine.manifest,
+            self.config.control,
+            ServerInference(server),
+            self.streams,
+            cpu=cpu,
+        )
+        if self.streams is not None:
+            self.streams.start()
+        loop.start()
+        self.loop = loop
+        self.arm.source = loop
+        server.control = LoopControl(loop, self.config.daemon.state_path())
 
     def main_loop(self) -> None:
         tick = self.config.daemon.tick_s
@@ -115,8 +162,13 @@ class Daemon:
                 break
 
     def on_tick(self, now: float) -> None:
+        loop = self.loop
+        if loop is not None:
+            loop.events.flush_to_log()
+            while loop.dump_requests:
+                self._dump_flight(loop, loop.dump_requests.popleft())
         interval = self.notifier.watchdog_interval_s
-        if interval is not None and now - self._last_watchdog >= interval:
+        if interval is not None and now - self._last_watchdog >= interval and self._alive(now):
             self.notifier.watchdog()
             self._last_watchdog = now
         if self.arm is not None and now - self._last_arm_poll >= self.config.daemon.arm_poll_s:
@@ -131,12 +183,58 @@ class Daemon:
             log.info("stats: %s", line)
             self.notifier.status(line)
 
+    def _alive(self, now: float) -> bool:
+        """False while the control loop misses its deadlines: systemd's watchdog then acts."""
+        loop = self.loop
+        stalled = loop.stalled_for(now) if loop is not None else 0.0
+        if loop is not None and not loop.alive and not self.should_exit:
+            stalled = max(stalled, 1.0)
+        if stalled and not self._stall_logged:
+            self._stall_logged = True
+            log.error(
+                "control loop stalled for %.1f s (mode %s, alive %s); withholding the watchdog ping",
+                stalled,
+                loop.mode if loop is not None else "-",
+                loop.alive if loop is not None else False,
+            )
+        elif not stalled:
+            self._stall_logged = False
+        return not stalled
+
+    def _dump_flight(self, loop: ControlLoop, reason: str) -> None:
+        now = time.monotonic()
+        if not reason.startswith("requested") and now - self._last_auto_dump < AUTO_DUMP_SPACING_S:
+            log.info(
+                "flight recorder: not written for %s (one was written %.1f s ago)", reason, now - self._last_auto_dump
+            )
+            return
+        if not reason.startswith("requested"):
+            self._last_auto_dump = now
+        try:
+            path = loop.recorder.dump(self.config.daemon.state_path(), reason, {"status": loop.status()})
+        except OSError as e:
+            log.error("flight recorder: could not write (%s): %s", reason, e)
+            return
+        log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
+
     def shutdown(self) -> None:
         """STOPPING=1, stop the server (graceful unless forced), release the arm, log the final stats."""
         self.notifier.stopping("shutting down")
+        loop, self.loop = self.loop, None
+        if loop is not None:
+            # Motion first: stop, hold, then rest or torque off, while the server still answers.
+            if not loop.shutdown():
+                self.failed = True
+                log.error("control loop: the arm could not be brought to a safe state at shutdown; check it by hand")
+            loop.events.flush_to_log()
+            while loop.dump_requests:
+                self._dump_flight(loop, loop.dump_requests.popleft())
         server, self.server = self.server, None
         try:
             self._stop_server(server)
+            if self.streams is not None:
+                self.streams.stop()
+                self.streams = None
         finally:
             arm, self.arm = self.arm, None
             if arm is not None and not arm.close():
@@ -146,8 +244,6 @@ class Daemon:
     def _stop_server(self, server: PolicyServer | None) -> None:
         if server is not None:
             timeout = 0.0 if self.force_exit else self.config.daemon.graceful_timeout_s
-            log.info(
-                "stopping (%s)", "forced" if self.force_exit else f"up to {timeout:g} s for queued requests"
-            )
+            log.info("stopping (%s)", "forced" if self.force_exit else f"up to {timeout:g} s for queued requests")
             server.stop(timeout, force=lambda: self.force_exit)
             log.info("final stats: %s", stats_line(server.snapshot()))

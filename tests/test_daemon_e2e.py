@@ -68,7 +68,7 @@ def test_serve_with_the_sim_arm(demo_bundle: Path, short_dir: Path) -> None:
         ready = b""
         while b"READY=1" not in ready:
             ready = notify.recv(4096)
-        assert b"serving demo_act on CPU/f32" in ready and b"arm sim" in ready
+        assert b"serving demo_act_residual on CPU/f32" in ready and b"arm sim" in ready
         with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=10) as client:
             chunk = client.infer(case.inputs)
             np.testing.assert_allclose(chunk.actions, case.outputs["action"], atol=2e-5)

@@ -22,6 +22,8 @@ FACTORIES = {
     "demo": "runtime.policies.act:make_demo_policy",
     "act": "runtime.policies.act:make_act_policy",
 }
+# The policy name also marks the model's revision: a bundle of an older built-in model is re-exported.
+NAMES = {"demo": "demo_act_residual", "act": "act_resnet18"}
 
 
 def bundle_store() -> Path:
@@ -34,12 +36,17 @@ def bundle_store() -> Path:
     return base / "lerobot-runtime" / "bundles"
 
 
-def _is_current(path: Path) -> bool:
+def _is_current(path: Path, name: str) -> bool:
     try:
         m = read_manifest(path)
     except BundleError:
         return False
-    return m.tools.get("lerobot_runtime") == __version__ and m.tools.get("openvino") == package_version("openvino")
+    tools = m.tools
+    return (
+        m.policy_name == name
+        and tools.get("lerobot_runtime") == __version__
+        and tools.get("openvino") == package_version("openvino")
+    )
 
 
 def ensure_bundle(kind: str = "demo", root: Path | None = None) -> Path:
@@ -47,14 +54,13 @@ def ensure_bundle(kind: str = "demo", root: Path | None = None) -> Path:
     if kind not in FACTORIES:
         raise ConfigError(f"built-in bundle: expected one of {', '.join(FACTORIES)}, got {kind!r}")
     path = (root or bundle_store()) / kind
-    if _is_current(path):
+    if _is_current(path, NAMES[kind]):
         return path
     from runtime.bundle.export import export_bundle
 
     log.info("building the built-in %s bundle in %s (once)", kind, path)
-    name = "demo_act" if kind == "demo" else "act_resnet18"
     try:
-        export_bundle(FACTORIES[kind], path, device="CPU", policy_name=name)
+        export_bundle(FACTORIES[kind], path, device="CPU", policy_name=NAMES[kind])
     except MissingDependencyError as e:
         raise MissingDependencyError(
             f"no bundle is configured, and the built-in {kind} bundle is exported on first use, which "

@@ -37,6 +37,10 @@ class ACTConfig:
     encoder_layers: int = 4
     decoder_layers: int = 1
     feedforward: int = 3200
+    # > 0: the chunk is a smooth ramp from the present joint state to a pose the network picks within
+    # this many degrees of the joints' centre (50 % for a last, gripper, joint), so a policy with random
+    # weights still commands reachable, smooth motion that follows the camera (the demo moves the arm).
+    reach_deg: float = 0.0
 
 
 # The built-in demo: small enough to export in a few seconds and run in about a millisecond.
@@ -49,6 +53,7 @@ DEMO_CONFIG = ACTConfig(
     encoder_layers=2,
     decoder_layers=1,
     feedforward=128,
+    reach_deg=40.0,
 )
 ACT_CONFIG = ACTConfig()
 
@@ -147,6 +152,7 @@ class ACTPolicy(nn.Module):
 
     mean: torch.Tensor
     inv_std: torch.Tensor
+    centre: torch.Tensor
 
     def __init__(self, cfg: ACTConfig) -> None:
         super().__init__()
@@ -164,6 +170,9 @@ class ACTPolicy(nn.Module):
         self.decoder = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.decoder_layers)])
         self.queries = nn.Parameter(torch.randn(1, cfg.chunk_length, cfg.dim) * 0.02)
         self.head = nn.Linear(cfg.dim, cfg.action_dim)
+        centre = torch.zeros(cfg.action_dim)
+        centre[-1] = 50.0
+        self.register_buffer("centre", centre)
 
     def forward(self, image: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         x = image.permute(2, 0, 1).unsqueeze(0).to(torch.float32)
@@ -174,7 +183,15 @@ class ACTPolicy(nn.Module):
         q = self.queries
         for layer in self.decoder:
             q = layer(q, memory)
-        return self.head(q)[0]
+        out = self.head(q)[0]
+        if self.cfg.reach_deg > 0:
+            return self._ramp(out, state)
+        return out
+
+    def _ramp(self, out: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        target = self.centre + self.cfg.reach_deg * torch.tanh(out.mean(dim=0) * 4.0)
+        t = torch.arange(1, out.shape[0] + 1, dtype=state.dtype).reshape(-1, 1) / out.shape[0]
+        return state.reshape(1, -1) + (target - state).reshape(1, -1) * t
 
 
 def _make(cfg: ACTConfig, seed: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:

@@ -25,12 +25,14 @@ from runtime.protocol.errors import (
     UnsupportedVersionError,
 )
 from runtime.protocol.messages import (
+    CONTROL_KINDS,
     KINDS,
     MAX_REQUEST_ID,
     PROTOCOL_VERSION,
     RESERVED_KIND_PREFIXES,
     SUPPORTED_VERSIONS,
     ActionChunk,
+    ControlRequest,
     HelloRequest,
     InferRequest,
     Percentiles,
@@ -188,6 +190,8 @@ def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Requ
         )
     if kind == "infer":
         return _parse_infer(rid, body, data)
+    if kind in CONTROL_KINDS:
+        return _parse_control(rid, kind, body, data)
     if kind not in KINDS:
         reserved = kind.startswith(RESERVED_KIND_PREFIXES)
         raise UnsupportedKindError(
@@ -209,6 +213,35 @@ def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Requ
     if kind == "hello":
         return HelloRequest(rid)
     return StatsRequest(rid)
+
+
+_CONTROL_TEXT_MAX: Final = 200
+
+
+def _parse_control(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Buffer]) -> ControlRequest:
+    allowed = {"who", "reason"} if kind == "control.estop" else {"who"}
+    unknown = set(body) - allowed
+    if unknown or data:
+        key = sorted(map(str, unknown))[0] if unknown else "(frames)"
+        raise BadRequestError(
+            f"{kind} body: unknown key {key!r}" if unknown else f"{kind}: takes no data frames",
+            field=f"body.{key}" if unknown else "(frames)",
+            expected=", ".join(sorted(allowed)),
+            received=key if unknown else f"{len(data)} data frames",
+        )
+    text: dict[str, str] = {}
+    for key in allowed:
+        value = body.get(key, "")
+        if not isinstance(value, str) or len(value) > _CONTROL_TEXT_MAX:
+            raise BadRequestError(
+                f"{kind} body.{key}: expected a string of at most {_CONTROL_TEXT_MAX} characters, got "
+                f"{_type_name(value)} {_short(value)}",
+                field=f"body.{key}",
+                expected=f"string <= {_CONTROL_TEXT_MAX} chars",
+                received=_short(value),
+            )
+        text[key] = value
+    return ControlRequest(rid, kind, text.get("who", ""), text.get("reason", ""))
 
 
 def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> InferRequest:
@@ -288,12 +321,20 @@ def encode_actions_reply(request_id: int, actions: np.ndarray, timing: Timing) -
 
 
 def encode_request(
-    kind: str, request_id: int, observation: Mapping[str, np.ndarray] | None = None
+    kind: str,
+    request_id: int,
+    observation: Mapping[str, np.ndarray] | None = None,
+    body: Mapping[str, Any] | None = None,
 ) -> list[Any]:
-    """Frames of a request: header then one data frame per observation array (sent zero-copy)."""
+    """Frames of a request: header then one data frame per observation array (sent zero-copy).
+
+    ``body`` is for kinds without arrays (``control.*``); an observation makes the infer body.
+    """
     frames: list[Any] = [b""]
     if observation is None:
         header: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind}
+        if body:
+            header["body"] = dict(body)
     else:
         obs: dict[str, Any] = {}
         for name, value in observation.items():

@@ -127,6 +127,18 @@ class ShuttingDownError(ServerError, ConnectionError):
     code = "shutting_down"
 
 
+class NoControlError(ServerError, LookupError):
+    """A ``control.*`` request to a daemon that does not own an arm (or runs without its control loop)."""
+
+    code = "no_control"
+
+
+class ControlRefusedError(ServerError, RuntimeError):
+    """A ``control.*`` request that cannot be carried out now (e-stop latched, stale stream...)."""
+
+    code = "control_refused"
+
+
 class InternalError(ServerError, RuntimeError):
     """A bug in the server; the request may be retried, the log has the traceback."""
 
@@ -146,6 +158,8 @@ ERROR_CLASSES: Final[dict[str, type[ServerError]]] = {
         InferenceFailedError,
         UnauthorizedError,
         ShuttingDownError,
+        NoControlError,
+        ControlRefusedError,
         InternalError,
     )
 }

@@ -17,10 +17,19 @@ SUPPORTED_VERSIONS: Final = (PROTOCOL_VERSION,)
 MAX_REQUEST_ID: Final = 2**64 - 1
 
 Kind = Literal["hello", "infer", "ping", "stats"]
-KINDS: Final[tuple[str, ...]] = ("hello", "infer", "ping", "stats")
-# Name spaces kept for the control-loop and teleop kinds of later versions: refused as
-# ``unsupported_kind`` today, never reinterpreted.
-RESERVED_KIND_PREFIXES: Final = ("control.", "teleop.", "session.")
+# The control loop's requests (answered by a daemon that owns an arm; ``no_control`` otherwise).
+CONTROL_KINDS: Final[tuple[str, ...]] = (
+    "control.start",
+    "control.stop",
+    "control.estop",
+    "control.release",
+    "control.status",
+    "control.dump",
+)
+KINDS: Final[tuple[str, ...]] = ("hello", "infer", "ping", "stats", *CONTROL_KINDS)
+# Name spaces kept for the teleop kinds of later versions: refused as ``unsupported_kind`` today,
+# never reinterpreted.
+RESERVED_KIND_PREFIXES: Final = ("teleop.", "session.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +72,17 @@ class InferRequest:
     kind: Literal["infer"] = "infer"
 
 
-Request = HelloRequest | PingRequest | StatsRequest | InferRequest
+@dataclass(frozen=True, slots=True)
+class ControlRequest:
+    """``control.*``: ``who`` names the operator (for the log), ``reason`` goes with an e-stop."""
+
+    id: int
+    kind: str
+    who: str = ""
+    reason: str = ""
+
+
+Request = HelloRequest | PingRequest | StatsRequest | InferRequest | ControlRequest
 
 
 # --- replies ---------------------------------------------------------------------------------

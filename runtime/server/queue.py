@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,9 @@ class Job:
     request_id: int
     inputs: list[np.ndarray]  # validated, in the policy's input order
     received_at: float  # time.monotonic() at receive
+    # Set for the control loop's own jobs: called with (actions, None) or (None, reason) on the
+    # worker thread instead of a reply going out on a socket.
+    on_done: Callable[[np.ndarray | None, str | None], None] | None = None
 
     @property
     def client(self) -> tuple[int, bytes]:
@@ -46,7 +50,8 @@ class RequestQueue:
         self._closed = False
         self.depth_max = 0
 
-    def put(self, job: Job) -> PutResult:
+    def put(self, job: Job, *, front: bool = False) -> PutResult:
+        """Queue ``job``; ``front`` puts it ahead of every waiting job (the arm is waiting on it)."""
         with self._cond:
             if self._closed:
                 return PutResult(False)
@@ -60,9 +65,12 @@ class RequestQueue:
                             break
                     self._by_client[job.client] = job
                     return PutResult(True, old)
-            if len(self._jobs) >= self.capacity:
+            if len(self._jobs) >= self.capacity and not front:
                 return PutResult(False)
-            self._jobs.append(job)
+            if front:
+                self._jobs.appendleft(job)
+            else:
+                self._jobs.append(job)
             if self.latest_wins:
                 self._by_client[job.client] = job
             self.depth_max = max(self.depth_max, len(self._jobs))

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 
@@ -23,10 +23,11 @@ from runtime.engine.base import Engine
 from runtime.engine.validate import validate_inputs
 from runtime.errors import InputValidationError
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
-from runtime.protocol.errors import BadInputError, ErrorInfo, ServerError
+from runtime.protocol.errors import BadInputError, ErrorInfo, NoControlError, ServerError
 from runtime.protocol.messages import (
     KINDS,
     PROTOCOL_VERSION,
+    ControlRequest,
     InferRequest,
     PolicyInfo,
     StatsSnapshot,
@@ -85,6 +86,12 @@ def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> Pol
     )
 
 
+class ControlHandler(Protocol):
+    """Answers ``control.*`` requests on the I/O thread; must only set flags and read state."""
+
+    def handle(self, request: ControlRequest, client: str) -> dict[str, Any]: ...
+
+
 class PolicyServer:
     """Serve one engine on the configured endpoints. ``start()``, then ``stop()`` (or a ``with`` block)."""
 
@@ -119,6 +126,8 @@ class PolicyServer:
         self._deadline = math.inf
         self._accepting = True
         self._started = False
+        #: set by the daemon when it runs the control loop; None answers control.* with no_control
+        self.control: ControlHandler | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -339,8 +348,17 @@ class PolicyServer:
             if isinstance(request, InferRequest):
                 self._submit(index, sock, envelope, request, received_at)
                 return
-            if kind == "ping":
-                body: dict[str, Any] = {"uptime_s": round(time.monotonic() - self.stats.started, 3)}
+            body: dict[str, Any]
+            if isinstance(request, ControlRequest):
+                if self.control is None:
+                    raise NoControlError(
+                        f"{kind}: this daemon does not drive an arm (arm.kind = none or control.enabled = false); "
+                        "control loops that own their arm use infer",
+                        request_id=rid,
+                    )
+                body = self.control.handle(request, envelope[0].hex())
+            elif kind == "ping":
+                body = {"uptime_s": round(time.monotonic() - self.stats.started, 3)}
             elif kind == "hello":
                 body = self._hello_body
             else:
@@ -392,7 +410,24 @@ class PolicyServer:
                 f"replaced by newer request {request.id} from the same client (latest observation wins)",
             )
 
+    def submit_local(self, inputs: list[Any], on_done: Callable[[Any, str | None], None]) -> bool:
+        """Queue an inference for the control loop, ahead of network clients (the arm waits on it).
+
+        ``inputs`` are validated and in the policy's order. ``on_done`` runs on the worker thread.
+        Returns False when the server is not taking work.
+        """
+        if not self._accepting:
+            return False
+        job = Job(-1, [b"control-loop"], 0, inputs, time.monotonic(), on_done)
+        result = self.queue.put(job, front=True)
+        if result.superseded is not None and result.superseded.on_done is not None:
+            result.superseded.on_done(None, "superseded by a newer observation")
+        return result.accepted
+
     def _reply_job_error(self, job: Job, code: str, message: str) -> None:
+        if job.on_done is not None:
+            job.on_done(None, f"{code}: {message}")
+            return
         self._reply_error(
             self._routers[job.socket_index],
             job.envelope,

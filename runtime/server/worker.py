@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from runtime.engine.base import Engine
 from runtime.errors import InferenceError
 from runtime.protocol.codec import encode_actions_reply, encode_error
@@ -83,6 +85,9 @@ class InferenceWorker(threading.Thread):
                     break
                 self.in_flight = 1
                 try:
+                    if job.on_done is not None:
+                        self._run_local(job, job.on_done)
+                        continue
                     frames = self._run(job)
                 finally:
                     self.in_flight = 0
@@ -108,6 +113,25 @@ class InferenceWorker(threading.Thread):
         timing = Timing(queue_ms, (done - started) * 1e3, (done - job.received_at) * 1e3)
         self.stats.infer_done(timing.queue_ms, timing.infer_ms, timing.total_ms)
         return encode_actions_reply(job.request_id, actions, timing)
+
+    def _run_local(self, job: Job, on_done: Callable[[np.ndarray | None, str | None], None]) -> None:
+        """A job from the control loop: the chunk goes to its callback, not to a socket."""
+        started = time.monotonic()
+        assert self.engine is not None
+        try:
+            actions = self.engine.run_validated(job.inputs)[self._action_output]
+        except InferenceError as e:
+            self.stats.error("inference_failed")
+            on_done(None, f"{e} ({e.backend_reason})" if e.backend_reason else str(e))
+            return
+        except Exception as e:
+            log.exception("inference for the control loop failed")
+            self.stats.error("internal")
+            on_done(None, f"{type(e).__name__}: {e}")
+            return
+        done = time.monotonic()
+        self.stats.infer_done((started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3)
+        on_done(actions, None)
 
     def _error(self, job: Job, started: float, code: str, message: str, field: str | None) -> list[Any]:
         done = time.monotonic()

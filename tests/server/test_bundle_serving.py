@@ -22,7 +22,7 @@ def test_demo_bundle_served_end_to_end(demo_engine: Engine, demo_bundle: Path, t
         PolicyClient(server.bound_endpoints[0], timeout_s=10) as client,
     ):
         info = client.hello()
-        assert info.policy_name == "demo_act"
+        assert info.policy_name == "demo_act_residual"
         assert info.chunk_length == 100 and info.control_rate_hz == 30.0
         assert info.action_names[0] == "shoulder_pan"
         assert [(t.name, t.dtype, tuple(t.shape)) for t in info.inputs] == [

@@ -1,0 +1,668 @@
+"""The control loop: the arm's motion authority when the daemon owns the arm.
+
+One thread, pinned to the control CPU and (where allowed) SCHED_FIFO, ticks on absolute deadlines:
+
+    read joints (one sync read) -> e-stop / commands -> merge a finished chunk -> pick this tick's
+    action -> safety envelope -> write goals (one sync write) -> ask for the next chunk -> record
+
+Inference never runs here: the loop hands an observation (joint state of this tick plus the newest
+camera parts) to the inference worker and carries on; the finished chunk comes back through a
+one-slot handoff and is merged at the next tick, keyed by the tick its observation was taken at.
+Other threads talk to the loop only through flags and a command deque; nothing in the tick waits on
+a lock a slow thread holds, and nothing in it logs (events are logged by the daemon's main thread).
+
+Modes: ``idle`` (never commanded, or torque off), ``running`` (executing chunks), ``holding``
+(torque on, a fixed goal), ``resting`` (moving slowly to the rest pose), ``estopped`` (latched).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from drivers.bus import JointState
+from drivers.calibration import Calibration
+from drivers.errors import BusError, ServoFaultError
+from runtime.bundle.manifest import Manifest
+from runtime.control.actions import ActionQueue
+from runtime.control.clock import Ticker, current_cpu, pin_thread, request_realtime
+from runtime.control.config import ControlConfig
+from runtime.control.events import EventLog
+from runtime.control.recorder import MODE_CODE, FlightRecorder
+from runtime.control.safety import SafetyEnvelope
+from runtime.control.streams import ObservationStreams
+from runtime.engine.validate import validate_inputs
+from runtime.errors import ConfigError, InputValidationError
+
+log = logging.getLogger(__name__)
+
+OnDone = Callable[[np.ndarray | None, str | None], None]
+SHUTDOWN_REST_LIMIT_S = 10.0
+
+
+class InferenceSource(Protocol):
+    """Where the loop sends observations: the server's inference worker in the daemon."""
+
+    def submit(self, inputs: list[np.ndarray], on_done: OnDone) -> bool:
+        """Queue one inference; ``on_done(actions, None)`` or ``on_done(None, reason)`` is called once."""
+        ...
+
+    def failure(self) -> str | None:
+        """Why no chunk may be trusted now (e.g. a failed self-check), or None."""
+        ...
+
+
+class ArmBus(Protocol):
+    @property
+    def joints(self) -> tuple[str, ...]: ...
+    def read_state(self) -> dict[str, JointState]: ...
+    def write_goals(self, goals: Mapping[str, float]) -> dict[str, float]: ...
+    def enable_torque(self) -> None: ...
+    def disable_torque(self) -> None: ...
+
+
+class ControlRefused(Exception):
+    """A control request that cannot be carried out now; the message says why."""
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        bus: ArmBus,
+        calibration: Calibration,
+        manifest: Manifest,
+        config: ControlConfig,
+        inference: InferenceSource,
+        streams: ObservationStreams | None = None,
+        *,
+        events: EventLog | None = None,
+        cpu: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bus = bus
+        self.config = config
+        self.inference = inference
+        self.streams = streams
+        self.events = events if events is not None else EventLog()
+        self.cpu = cpu
+        self._clock = clock
+        self.names = tuple(manifest.action_names)
+        missing = [n for n in self.names if n not in bus.joints]
+        if missing:
+            raise ConfigError(
+                f"the policy's action names {', '.join(missing)} are not joints of the arm "
+                f"({', '.join(bus.joints)}); the bundle was made for another arm"
+            )
+        self.rate_hz = config.rate_hz or manifest.control_rate_hz
+        self.period = 1.0 / self.rate_hz
+        chunk = manifest.chunk_length
+        self.n_steps = min(config.n_action_steps or chunk, chunk)
+        self.refill_at = math.ceil(config.chunk_size_threshold * self.n_steps)
+        self.inputs = manifest.inputs
+        self._state_input = self._find_state_input(manifest)
+        stream_names = set(streams.names) if streams is not None else set()
+        unfed = [s.name for s in manifest.inputs if s.name != self._state_input and s.name not in stream_names]
+        if unfed:
+            raise ConfigError(
+                f"the policy input(s) {', '.join(unfed)} have no source: add a [[control.streams]] entry "
+                "(input = NAME, endpoint = where its producer publishes) for each"
+            )
+        n = len(self.names)
+        self.queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
+        self.envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
+        self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
+        self.mode = "idle"
+        self.estop_reason: str | None = None
+        self._estop_requested_at = 0.0
+        self._estop_effective = False
+        self._commands: deque[tuple[str, str]] = deque()
+        self.dump_requests: deque[str] = deque()
+        self.present: np.ndarray | None = None
+        self.last_state: dict[str, JointState] = {}
+        self._last_goal: np.ndarray | None = None
+        self._hold_goal: np.ndarray | None = None
+        self._rest_target: np.ndarray | None = None
+        self._gen = 0
+        self._inflight_since: float | None = None
+        self._result: tuple[int, int, np.ndarray | None, str | None] | None = None
+        self._got_first = False
+        self._stall_since: float | None = None
+        self._stall_key = ""
+        self._stall_reason = ""
+        self._stall_acted = False
+        self._bus_fail_run = 0
+        self.arm_error = ""
+        self._latencies = np.full(256, np.nan)
+        self._latency_i = 0
+        self.last_latency_ticks = math.nan
+        self.counters: Counter[str] = Counter()
+        self.cpu_seen: Counter[int] = Counter()
+        self.scheduling = ""
+        self.ticker = Ticker(self.period, clock=clock)
+        self.last_tick_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shutdown_done = threading.Event()
+        self.shutdown_ok = True
+
+    def _find_state_input(self, manifest: Manifest) -> str:
+        states = [s for s in manifest.inputs if s.role == "state"]
+        if len(states) != 1:
+            raise ConfigError(
+                f"the control loop fills exactly one input with role 'state' from the joints; the policy has "
+                f"{len(states)} ({', '.join(s.name for s in states) or 'none'})"
+            )
+        spec = states[0]
+        if spec.shape != (len(self.names),) or spec.dtype != "float32":
+            raise ConfigError(
+                f"state input {spec.name}: expected float32[{len(self.names)}] (one value per joint), "
+                f"the policy takes {spec.dtype}{list(spec.shape)}"
+            )
+        return spec.name
+
+    # --- requests from other threads (flags only) -------------------------------------------------
+
+    def request(self, command: str, who: str = "") -> None:
+        """Queue ``start`` | ``stop`` | ``release`` for the next tick (checked first by :meth:`check`)."""
+        self._commands.append((command, who))
+
+    def check(self, command: str) -> None:
+        """Raise :class:`ControlRefused` when ``command`` cannot be carried out now."""
+        if command == "start":
+            if self.estop_reason is not None:
+                raise ControlRefused(f"e-stop is latched ({self.estop_reason}); release it first (control release)")
+            if self.arm_error:
+                raise ControlRefused(f"the arm is failing: {self.arm_error}")
+            failure = self.inference.failure()
+            if failure:
+                raise ControlRefused(f"the policy cannot be trusted: {failure}")
+            if self.streams is not None:
+                stale = self.streams.stale(self._clock())
+                if stale:
+                    raise ControlRefused("observation stream(s) not fresh: " + _describe_stale(stale, self.streams))
+        elif command == "release":
+            if self.estop_reason is None:
+                raise ControlRefused("no e-stop is latched")
+        elif command not in ("stop",):
+            raise ControlRefused(f"unknown command {command!r}")
+
+    def request_estop(self, reason: str) -> None:
+        """Latch the e-stop; effective at the next tick. Safe to call from a signal handler."""
+        if self.estop_reason is None:
+            self._estop_requested_at = self._clock()
+            self._estop_effective = False
+            self.estop_reason = reason
+
+    # --- thread ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="lerobot-runtime-control", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds since the last tick beyond five periods (0 while ticking normally)."""
+        if not self.alive or self.last_tick_at == 0.0:
+            return 0.0
+        late = now - self.last_tick_at
+        return late if late > 5 * self.period else 0.0
+
+    def shutdown(self, timeout: float = 15.0) -> bool:
+        """Stop motion, hold, then ``safety.shutdown_action``; returns False if the arm could not be made safe."""
+        if self._thread is None:
+            return True
+        self._commands.append(("shutdown", "daemon"))
+        self._shutdown_done.wait(timeout)
+        self._stop.set()
+        self._thread.join(2.0)
+        return self.shutdown_ok and self._shutdown_done.is_set()
+
+    def _run(self) -> None:
+        if self.cpu is not None:
+            pin_thread(self.cpu)
+        self.scheduling = request_realtime(self.config.rt_priority)
+        self.events.emit(
+            logging.INFO if self.scheduling.startswith(("SCHED_FIFO", "SCHED_OTHER (")) else logging.WARNING,
+            "control loop: %.1f Hz, %d of %d steps per chunk, next chunk at %d queued, aggregate %s; CPU %s; %s",
+            self.rate_hz,
+            self.n_steps,
+            self.queue.size // 4,
+            self.refill_at,
+            self.config.aggregate,
+            self.cpu if self.cpu is not None else "any",
+            self.scheduling,
+        )
+        ticker = self.ticker
+        ticker.start()
+        try:
+            while not self._stop.is_set():
+                k, _due, late = ticker.wait()
+                self.cpu_seen[current_cpu()] += 1
+                self._tick(k, late)
+                if self._shutdown_done.is_set():
+                    break
+        except Exception as e:  # a bug in the tick must not leave the arm moving unattended
+            self.events.emit(logging.CRITICAL, "control loop failed: %s: %s; holding the arm", type(e).__name__, e)
+            log.exception("control loop failed")
+            self._hold_present()
+            self.shutdown_ok = False
+            self._shutdown_done.set()
+
+    # --- the tick -------------------------------------------------------------------------------------
+
+    def _tick(self, k: int, late: float) -> None:
+        now = self._clock()
+        present = self._read()
+        if self.estop_reason is not None and not self._estop_effective:
+            self._enter_estop(present)
+        while self._commands:
+            command, who = self._commands.popleft()
+            self._command(command, who, present)
+            if self._shutdown_done.is_set():
+                return
+        self._collect(k, present)
+        goal: np.ndarray | None = None
+        requested: np.ndarray | None = None
+        if present is not None:
+            if self.mode == "running":
+                goal, requested = self._running(k, now, present)
+            elif self.mode == "resting":
+                goal = self._resting()
+            if goal is not None:
+                self._write(goal)
+        self.recorder.record(
+            now,
+            k,
+            MODE_CODE[self.mode],
+            present,
+            goal,
+            requested,
+            self.envelope.last_bits if requested is not None else None,
+            self.queue.depth(k + 1),
+            self.last_latency_ticks,
+            late * 1e3,
+        )
+        self.counters["ticks"] += 1
+        self.last_tick_at = now
+
+    def _read(self) -> np.ndarray | None:
+        try:
+            state = self.bus.read_state()
+        except ServoFaultError as e:
+            self.counters["servo_faults"] += 1
+            self.arm_error = str(e)
+            self.request_estop(f"servo fault: {e}")
+            return self.present
+        except BusError as e:
+            self._bus_failure("read", e)
+            return None
+        self._bus_fail_run = 0
+        self.arm_error = ""
+        self.last_state = state
+        present = np.fromiter((state[n].position for n in self.names), dtype=np.float64, count=len(self.names))
+        self.present = present
+        return present
+
+    def _bus_failure(self, what: str, e: BusError) -> None:
+        self.counters[f"bus_{what}_failures"] += 1
+        self._bus_fail_run += 1
+        self.arm_error = str(e)
+        if self._bus_fail_run == 1:
+            self.events.emit(logging.ERROR, "control: arm %s failed: %s", what, e)
+        limit = self.config.safety.max_bus_failures
+        if self._bus_fail_run >= limit:
+            self.request_estop(f"{self._bus_fail_run} bus failures in a row (last: {e})")
+
+    def _write(self, goal: np.ndarray) -> None:
+        try:
+            self.bus.write_goals({n: float(goal[i]) for i, n in enumerate(self.names)})
+        except BusError as e:
+            self._bus_failure("write", e)
+            return
+        self.counters["writes"] += 1
+        self._last_goal = goal
+
+    # --- e-stop and commands --------------------------------------------------------------------------
+
+    def _enter_estop(self, present: np.ndarray | None) -> None:
+        self._estop_effective = True
+        previous = self.mode
+        self.mode = "estopped"
+        self._gen += 1
+        self.queue.clear()
+        action = self.config.safety.estop_action
+        where = present if present is not None else self.present
+        if action == "torque_off":
+            self._torque_off()
+        elif where is not None and previous != "idle":
+            self._hold_goal = where.copy()
+            self._write(where)
+            self.envelope.hold(where)
+        after_ms = (self._clock() - self._estop_requested_at) * 1e3
+        self.counters["estops"] += 1
+        self.events.emit(
+            logging.ERROR,
+            "E-STOP latched: %s; %s %.1f ms after the request (mode was %s); "
+            "release with: lerobot-runtime control release",
+            self.estop_reason,
+            _estop_effect(action, previous),
+            after_ms,
+            previous,
+        )
+        self.dump_requests.append("estop")
+
+    def _command(self, command: str, who: str, present: np.ndarray | None) -> None:
+        if command == "shutdown":
+            self._shutdown(present)
+            return
+        try:
+            self.check(command)
+            if present is None and command == "start":
+                raise ControlRefused(f"the arm did not answer this tick: {self.arm_error}")
+        except ControlRefused as e:
+            self.events.emit(logging.WARNING, "control %s (asked by %s) refused: %s", command, who or "?", e)
+            return
+        if command == "start":
+            assert present is not None
+            if self.mode in ("idle",):
+                try:
+                    self.bus.enable_torque()
+                except BusError as e:
+                    self.events.emit(logging.ERROR, "control start: torque on failed: %s", e)
+                    return
+            self._gen += 1
+            self.queue.clear()
+            self.envelope.reset(present)
+            self._last_goal = present.copy()
+            self._got_first = False
+            self._stall_since = None
+            self._stall_key = ""
+            self._stall_acted = False
+            self.mode = "running"
+            self.counters["starts"] += 1
+            self.events.emit(logging.INFO, "control: motion started (asked by %s)", who or "?")
+        elif command == "stop":
+            if self.mode in ("running", "resting"):
+                self._hold_present()
+            self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
+        elif command == "release":
+            self.estop_reason = None
+            self._estop_effective = False
+            held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
+            self.mode = "holding" if held else "idle"
+            self.events.emit(logging.WARNING, "control: e-stop released by %s; arm %s", who or "?", self.mode)
+
+    def _hold_present(self) -> None:
+        self._gen += 1
+        self.queue.clear()
+        where = self.present
+        if where is not None:
+            self._hold_goal = where.copy()
+            self._write(where)
+            self.envelope.hold(where)
+        self.mode = "holding"
+
+    def _torque_off(self) -> None:
+        try:
+            self.bus.disable_torque()
+        except BusError as e:
+            self.events.emit(logging.CRITICAL, "control: torque off FAILED: %s; check the arm by hand", e)
+            self.shutdown_ok = False
+            return
+        self._hold_goal = None
+        self.counters["torque_offs"] += 1
+
+    def _shutdown(self, present: np.ndarray | None) -> None:
+        """Stop motion, hold, then rest or torque off, in that order."""
+        was = self.mode
+        if was in ("running", "resting", "holding"):
+            self._hold_present()
+            action = self.config.safety.shutdown_action
+            if action == "rest":
+                self._start_rest()
+                end = self._clock() + SHUTDOWN_REST_LIMIT_S
+                while self.mode == "resting" and self._clock() < end:
+                    self.ticker.wait()
+                    if self._read() is not None:
+                        goal = self._resting()
+                        if goal is not None:
+                            self._write(goal)
+            elif action == "torque_off":
+                self._torque_off()
+                self.mode = "idle"
+        self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, self.mode)
+        self._shutdown_done.set()
+
+    # --- running ------------------------------------------------------------------------------------------
+
+    def _collect(self, k: int, present: np.ndarray | None) -> None:
+        result = self._result
+        if result is None:
+            since = self._inflight_since
+            if since is not None and self._clock() - since > self.config.safety.stall_timeout_s:
+                self.counters["inference_stalls"] += 1
+                self.events.emit(
+                    logging.ERROR,
+                    "control: no chunk %.1f s after asking; dropping that request",
+                    self._clock() - since,
+                )
+                self._gen += 1
+                self._inflight_since = None
+            return
+        self._result = None
+        self._inflight_since = None
+        gen, obs_tick, actions, error = result
+        if gen != self._gen:
+            self.counters["chunks_discarded"] += 1
+            return
+        latency = k - obs_tick
+        self.last_latency_ticks = float(latency)
+        self._latencies[self._latency_i % len(self._latencies)] = latency
+        self._latency_i += 1
+        if error is not None or actions is None:
+            self.counters["inference_failures"] += 1
+            self.events.emit(logging.ERROR, "control: inference failed: %s; holding", error)
+            return
+        if present is None:
+            self.counters["chunks_discarded"] += 1
+            return
+        chunk = actions[: self.n_steps]
+        reason = self.envelope.check_chunk(chunk, present, max(0, k - obs_tick))
+        if reason is not None:
+            self.envelope.refuse(reason)
+            return
+        self.queue.merge(chunk, obs_tick, k)
+        self._got_first = True
+        self.counters["chunks"] += 1
+
+    def _running(self, k: int, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        blocked = ""
+        stale: list[tuple[str, float | None]] = []
+        if self.streams is not None:
+            stale = self.streams.stale(now)
+            if stale:
+                blocked = "stale observation stream: " + _describe_stale(stale, self.streams)
+        if not blocked:
+            failure = self.inference.failure()
+            if failure:
+                blocked = f"policy not trusted: {failure}"
+        if blocked:
+            self.counters["blocked_ticks"] += 1
+            key = "stale:" + ",".join(n for n, _ in stale) if stale else "untrusted"
+            if self._stall_key != key:
+                # Finish no stale plan: what was queued was computed from what is now too old.
+                self._gen += 1
+                self.queue.clear()
+            return self._stall(now, key, blocked), None
+        action = self.queue.take(k)
+        if self._inflight_since is None and self.queue.depth(k + 1) <= self.refill_at:
+            self._ask(k, present)
+        if action is None:
+            if self._got_first:
+                self.counters["starved"] += 1
+                return self._stall(now, "starved", "starved: no action due"), None
+            self.counters["priming"] += 1
+            return self._stall(now, "priming", "waiting for the first chunk"), None
+        if self._stall_since is not None and self._stall_key != "priming":
+            self.events.emit(
+                logging.INFO, "control: moving again after %.2f s (%s)", now - self._stall_since, self._stall_reason
+            )
+        self._stall_since = None
+        self._stall_key = ""
+        self._stall_reason = ""
+        self._stall_acted = False
+        requested = action.copy()
+        return self.envelope.apply(requested, present), requested
+
+    def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
+        """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
+        if self._stall_since is None:
+            self._stall_since = now
+            held = self._last_goal if self._last_goal is not None else self.present
+            assert held is not None
+            self._hold_goal = held.copy()
+            self.envelope.hold(self._hold_goal)
+        if self._stall_key != key:
+            if key != "priming":
+                self.events.emit(logging.WARNING, "control: holding the last safe goal: %s", reason)
+            self._stall_key = key
+            self._stall_reason = reason
+        waited = now - self._stall_since
+        safety = self.config.safety
+        if waited > safety.stall_timeout_s and not self._stall_acted:
+            self._stall_acted = True
+            self.counters["stall_actions"] += 1
+            self.events.emit(logging.ERROR, "control: stalled %.2f s (%s): %s", waited, reason, safety.stall_action)
+            self.dump_requests.append(f"stall {safety.stall_action}")
+            if safety.stall_action == "rest":
+                self._start_rest()
+                return self._resting()
+            if safety.stall_action == "torque_off":
+                self._gen += 1
+                self.queue.clear()
+                self._torque_off()
+                self.mode = "idle"
+                return None
+        return self._hold_goal
+
+    def _ask(self, k: int, present: np.ndarray) -> None:
+        observation: dict[str, Any] = {self._state_input: present.astype(np.float32)}
+        if self.streams is not None:
+            for name in self.streams.names:
+                part = self.streams.latest(name)
+                if part is None:
+                    return
+                observation[name] = part.array
+        try:
+            arrays = validate_inputs(self.inputs, observation)
+        except InputValidationError as e:
+            self.counters["observation_errors"] += 1
+            self.events.emit(logging.ERROR, "control: observation refused: %s", e)
+            return
+        gen = self._gen
+        self._inflight_since = self._clock()
+
+        def done(actions: np.ndarray | None, error: str | None) -> None:
+            self._result = (gen, k, actions, error)
+
+        if not self.inference.submit(arrays, done):
+            self._inflight_since = None
+            self.counters["submit_refused"] += 1
+        else:
+            self.counters["requests"] += 1
+
+    # --- resting --------------------------------------------------------------------------------------
+
+    def _start_rest(self) -> None:
+        self._gen += 1
+        self.queue.clear()
+        start = self._last_goal if self._last_goal is not None else self.present
+        if start is None:
+            return
+        self._rest_target = self.envelope.rest_target(start)
+        self.mode = "resting"
+
+    def _resting(self) -> np.ndarray | None:
+        target, last = self._rest_target, self._last_goal if self._last_goal is not None else self.present
+        if target is None or last is None:
+            self.mode = "holding"
+            return None
+        step = self.config.safety.rest_speed_deg_s * self.period
+        goal = last + np.clip(target - last, -step, step)
+        if np.allclose(goal, target, atol=1e-6):
+            self.mode = "holding"
+            self._hold_goal = target.copy()
+            self.envelope.hold(target)
+            self.events.emit(logging.INFO, "control: rest pose reached; holding")
+            return target
+        stepped: np.ndarray = goal
+        return stepped
+
+    # --- status ---------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        lat = self._latencies[~np.isnan(self._latencies)]
+        late = self.recorder.recent_late_ms(int(self.rate_hz * 10))
+        stale = self.streams.stale(self._clock()) if self.streams is not None else []
+        k = self.ticker.tick
+        return {
+            "mode": self.mode,
+            "estop": {"latched": self.estop_reason is not None, "reason": self.estop_reason or ""},
+            "rate_hz": self.rate_hz,
+            "n_action_steps": self.n_steps,
+            "refill_at": self.refill_at,
+            "aggregate": self.config.aggregate,
+            "tick": k,
+            "queue_depth": self.queue.depth(k + 1),
+            "counters": {
+                **dict(self.counters),
+                "overruns": self.ticker.overruns,
+                "dropped_actions": self.queue.dropped,
+            },
+            "safety": dict(self.envelope.counts),
+            "inference_latency_ticks": {
+                "last": None if math.isnan(self.last_latency_ticks) else self.last_latency_ticks,
+                "p50": float(np.percentile(lat, 50)) if len(lat) else None,
+                "max": float(lat.max()) if len(lat) else None,
+            },
+            "jitter_ms": {
+                "p50": float(np.percentile(np.abs(late), 50)) if len(late) else None,
+                "p99": float(np.percentile(np.abs(late), 99)) if len(late) else None,
+                "max": float(np.abs(late).max()) if len(late) else None,
+            },
+            "stale_streams": [name for name, _ in stale],
+            "arm": {
+                "healthy": not self.arm_error,
+                "error": self.arm_error,
+                "positions": {n: round(float(self.present[i]), 2) for i, n in enumerate(self.names)}
+                if self.present is not None
+                else {},
+                "temperatures_c": {n: s.temperature_c for n, s in self.last_state.items()},
+            },
+            "cpus_seen": {str(c): n for c, n in self.cpu_seen.items()},
+            "scheduling": self.scheduling,
+        }
+
+
+def _estop_effect(action: str, previous_mode: str) -> str:
+    if action == "torque_off":
+        return "torque off"
+    return "holding the present pose" if previous_mode != "idle" else "arm idle"
+
+
+def _describe_stale(stale: list[tuple[str, float | None]], streams: ObservationStreams) -> str:
+    parts = []
+    for name, age in stale:
+        limit = streams.configs[name].max_age_ms
+        parts.append(f"{name} (nothing received yet)" if age is None else f"{name} ({age:.0f} ms old > {limit:g} ms)")
+    return ", ".join(parts)

@@ -1,0 +1,1 @@
+"""Processes that feed observation parts to the daemon's control loop (cameras)."""
