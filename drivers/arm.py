@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drivers.bus import SerialServoBus
-from drivers.calibration import load_calibration
+from drivers.calibration import Calibration, load_calibration
 from drivers.config import ArmConfig
 from drivers.sim.arm import SimArm
 from drivers.vendors import bus_class
@@ -27,15 +27,7 @@ def open_arm(
         cal_path = Path(base_dir) / cal_path
     calibration = load_calibration(cal_path)
     if config.kind == "sim":
-        return SimArm.start(
-            calibration,
-            protocol=config.sim_protocol,
-            timeout_ms=config.timeout_ms,
-            retries=config.retries,
-            disable_torque_on_disconnect=config.disable_torque_on_disconnect,
-            verify_goals=config.verify_goals,
-            connect=connect,
-        ).bus
+        return start_sim_arm(config, calibration, connect=connect).bus
     bus = bus_class(config.kind)(
         config.port,
         calibration,
@@ -49,3 +41,17 @@ def open_arm(
     if connect:
         bus.connect()
     return bus
+
+
+def start_sim_arm(config: ArmConfig, calibration: Calibration, *, connect: bool = True) -> SimArm:
+    """The simulated arm for ``kind = "sim"``: its simulator (to look at what the servos received)
+    and a real driver on its pty."""
+    return SimArm.start(
+        calibration,
+        protocol=config.sim_protocol,
+        timeout_ms=config.timeout_ms,
+        retries=config.retries,
+        disable_torque_on_disconnect=config.disable_torque_on_disconnect,
+        verify_goals=config.verify_goals,
+        connect=connect,
+    )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from drivers.arm import open_arm
+from drivers.arm import open_arm, start_sim_arm
 from drivers.bus import JointState, SerialServoBus
+from drivers.calibration import load_calibration
 from drivers.config import ArmConfig
 from drivers.errors import BusError
+from drivers.sim.arm import SimArm
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class ArmMonitor:
         self.last_state: dict[str, JointState] = {}
         self.reads = 0
         self.failures = 0
+        #: the simulated arm (``kind = "sim"``): its servos show what the arm received
+        self.sim: SimArm | None = None
         #: the control loop, once it owns the port: health is taken from its reads
         self.source: ArmReadings | None = None
 
@@ -44,7 +48,11 @@ class ArmMonitor:
         cfg = self.config
         where = "simulated servos on a pseudo-terminal" if cfg.kind == "sim" else cfg.port
         if self.bus is None:
-            self.bus = open_arm(cfg)
+            if cfg.kind == "sim":
+                self.sim = start_sim_arm(cfg, load_calibration(cfg.calibration))
+                self.bus = self.sim.bus
+            else:
+                self.bus = open_arm(cfg)
         self.poll()
         if not self.healthy:
             raise BusError(f"arm ({cfg.kind}, {where}) connected but its first read failed: {self.last_error}")

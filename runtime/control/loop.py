@@ -476,8 +476,10 @@ class ControlLoop:
         if present is None:
             self.counters["chunks_discarded"] += 1
             return
+        # The whole chunk is checked, also the steps past n_action_steps: a policy emitting NaN
+        # anywhere is not trusted for any of it.
+        reason = self.envelope.check_chunk(actions, present, max(0, k - obs_tick))
         chunk = actions[: self.n_steps]
-        reason = self.envelope.check_chunk(chunk, present, max(0, k - obs_tick))
         if reason is not None:
             self.envelope.refuse(reason)
             return

@@ -87,7 +87,10 @@ class OpenVINOEngine(Engine):
             props["INFERENCE_PRECISION_HINT"] = _OV_PRECISION[precision]
         if device == "CPU":
             props["INFERENCE_NUM_THREADS"] = threads
-            props["ENABLE_CPU_PINNING"] = True
+            # Off on purpose: with it on, OpenVINO moves the calling thread to cores of its own choosing
+            # at every inference, whatever its affinity (measured: onto the control CPU). The loading
+            # thread is pinned to the inference CPUs instead, and that pin holds.
+            props["ENABLE_CPU_PINNING"] = False
         elif cache_dir:
             props["CACHE_DIR"] = cache_dir
         core = ov.Core()
