@@ -145,6 +145,7 @@ class ControlLoop:
         self.counters: Counter[str] = Counter()
         self.cpu_seen: Counter[int] = Counter()
         self.scheduling = ""
+        self.native_id = 0
         self.ticker = Ticker(self.period, clock=clock)
         self.last_tick_at = 0.0
         self._stop = threading.Event()
@@ -228,6 +229,7 @@ class ControlLoop:
         return self.shutdown_ok and self._shutdown_done.is_set()
 
     def _run(self) -> None:
+        self.native_id = threading.get_native_id()
         if self.cpu is not None:
             pin_thread(self.cpu)
         self.scheduling = request_realtime(self.config.rt_priority)

@@ -37,3 +37,30 @@ def pin_current_thread(cpus: list[int]) -> None:
     """Pin the calling thread (and the threads it will start) to ``cpus``."""
     os.sched_setaffinity(0, cpus)
     log.debug("pinned thread %d to CPUs %s", threading.get_native_id(), cpus)
+
+
+def thread_cpu(tid: int) -> int | None:
+    """The CPU thread ``tid`` of this process last ran on (``/proc/self/task/TID/stat`` field 39).
+
+    This is where the thread really ran, which an affinity mask read back does not prove.
+    None when the thread is gone.
+    """
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: split after its closing parenthesis.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[39 - 3])
+
+
+def thread_cpu_time(tid: int) -> int | None:
+    """User + system clock ticks thread ``tid`` has run (fields 14 and 15), None when it is gone."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[14 - 3]) + int(fields[15 - 3])

@@ -253,6 +253,11 @@ class PolicyServer:
     def running(self) -> bool:
         return self._io is not None and self._io.is_alive()
 
+    @property
+    def worker_thread_id(self) -> int:
+        """The OS thread id that runs inference (0 before it started)."""
+        return (self._worker.native_id or 0) if self._worker is not None else 0
+
     def snapshot(self) -> StatsSnapshot:
         in_flight = self._worker.in_flight if self._worker is not None else 0
         return self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
