@@ -16,7 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The daemon with the demo bundle and the simulated arm, fed by a synthetic camera; from another
+# terminal, `.venv/bin/lerobot-runtime control start` makes the arm move.
 demo: $(STAMP)
+	$(BIN)/lerobot-runtime camera --synthetic & cam=$$!; trap 'kill $$cam 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/lerobot-runtime serve
 
 test: $(STAMP)
@@ -30,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/lerobot-runtime bench engine
 	$(BIN)/lerobot-runtime bench serve
 	$(BIN)/lerobot-runtime bench bus
+	$(BIN)/lerobot-runtime bench loop
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

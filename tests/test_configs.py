@@ -36,6 +36,14 @@ def test_default_calibration_file_exists() -> None:
         ("[server]\nqueue_depth = 0", "server.queue_depth: expected >= 1, got 0"),
         ("[arm]\nkind = 'feetech'", "port is required for kind = 'feetech'"),
         ("[daemon]\ntick_s = -1", "daemon.tick_s: expected a period in (0, 5] seconds"),
+        ("[control]\naggregate = 'median'", "control.aggregate: expected one of 'latest', 'average'"),
+        ("[control.safety]\nmax_step_deg = 0", "control.safety.max_step_deg: expected a finite number > 0"),
+        (
+            "[control.safety]\nsoft_limits = { shoulder_pan = [10.0, -10.0] }",
+            "control.safety.soft_limits.shoulder_pan: expected [min, max] with min < max, got [10.0, -10.0]",
+        ),
+        ("[control.safety]\nstall_action = 'panic'", "control.safety.stall_action: expected one of 'hold'"),
+        ("[[control.streams]]\ninput = 'x'\nendpoint = 'udp://x'", "expected ipc://PATH or tcp://HOST:PORT"),
         ("[engine\n", "is not valid TOML"),
     ],
 )
@@ -45,3 +53,13 @@ def test_bad_config_is_named(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert message in str(err.value)
+
+
+def test_default_toml_is_the_built_in_default() -> None:
+    from dataclasses import replace
+
+    shipped = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.toml")
+    built_in = load_config(None)
+    # paths are resolved against different folders; everything else must be identical
+    assert replace(shipped.control) == built_in.control
+    assert shipped.daemon == built_in.daemon

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 OnDone = Callable[[np.ndarray | None, str | None], None]
 SHUTDOWN_REST_LIMIT_S = 10.0
+GIL_SWITCH_S = 0.0002
 
 
 class InferenceSource(Protocol):
@@ -204,6 +206,9 @@ class ControlLoop:
     # --- thread ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        # A thread waking for its tick waits for the GIL until the holder is asked to drop it, after
+        # the switch interval (5 ms by default): as long as a control period's worth of jitter.
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
         self._thread = threading.Thread(target=self._run, name="lerobot-runtime-control", daemon=True)
         self._thread.start()
 

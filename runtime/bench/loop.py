@@ -1,0 +1,204 @@
+"""``lerobot-runtime bench loop``: the real control loop on simulated servos while inference is saturated.
+
+Per case (control rate x ``n_action_steps``) it runs the daemon's pieces as they run in production: the
+engine on its pinned inference worker behind a :class:`PolicyServer`, the simulated SO-101 on a
+pseudo-terminal driven by the real Feetech driver, a synthetic camera publishing the policy's image
+over ZeroMQ, and the :class:`ControlLoop` on the control CPU. A second process sends infer requests
+back to back the whole time, so the inference CPU never idles and the loop's own requests wait
+behind one. Reported: how late ticks woke (p50/p99/max), overruns, starved ticks (no action due after
+the first chunk), inference latency in ticks and dropped actions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drivers.calibration import load_calibration
+from drivers.sim.arm import SimArm
+from runtime.control.config import ControlConfig, StreamConfig
+from runtime.control.handler import ServerInference
+from runtime.control.loop import ControlLoop
+from runtime.control.streams import ObservationStreams
+from runtime.engine.affinity import allowed_cpus
+from runtime.engine.base import Engine
+from runtime.engine.config import EngineConfig
+from runtime.paths import data_root
+from runtime.producers.camera import CameraPublisher, SyntheticSource
+from runtime.server.config import ServerConfig
+from runtime.server.server import PolicyServer
+
+WARMUP_S = 1.0
+
+
+def cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    wanted = [f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile")]
+    return f"{model}; {' '.join(wanted) or 'no AVX2'}"
+
+
+def _image_spec(engine: Engine) -> tuple[str, tuple[int, ...]]:
+    image = next(s for s in engine.manifest.inputs if s.role == "image" or s.dtype == "uint8")
+    return image.name, tuple(image.shape)
+
+
+def _run_case(
+    server: PolicyServer, engine: Engine, rate: float, steps: int, seconds: float, workdir: Path, control_cpu: int
+) -> dict[str, Any]:
+    image, shape = _image_spec(engine)
+    cal = load_calibration(data_root() / "configs" / "calibration" / "so101_sim.toml")
+    cam_ep = f"ipc://{workdir}/cam-{rate:g}-{steps}.sock"
+    camera = CameraPublisher(SyntheticSource(shape[1], shape[0]), image, cam_ep, min(rate, 30.0))
+    cam_thread = threading.Thread(target=camera.run, daemon=True)
+    cam_thread.start()
+    config = ControlConfig(rate_hz=rate, n_action_steps=steps, streams=(StreamConfig(image, cam_ep, 500.0),))
+    streams = ObservationStreams(config.streams, engine.manifest.inputs, cpus={control_cpu})
+    streams.start()
+    arm = SimArm.start(cal)
+    loop = ControlLoop(arm.bus, cal, engine.manifest, config, ServerInference(server), streams, cpu=control_cpu)
+    try:
+        loop.start()
+        deadline = time.monotonic() + 10
+        while streams.stale(time.monotonic()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.check("start")
+        loop.request("start", "bench")
+        deadline = time.monotonic() + 60
+        while loop.counters["chunks"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(WARMUP_S)
+        before = dict(loop.counters)
+        dropped0, overruns0, tick0 = loop.queue.dropped, loop.ticker.overruns, loop.ticker.tick
+        lat0 = loop._latency_i
+        time.sleep(seconds)
+        tick1 = loop.ticker.tick
+        snap = loop.recorder.snapshot()
+        sel = snap["tick"] > tick0
+        late = np.abs(snap["late_ms"][sel])
+        lat_n = loop._latency_i - lat0
+        lats = np.array([loop._latencies[i % len(loop._latencies)] for i in range(lat0, loop._latency_i)])
+        result = {
+            "rate_hz": rate,
+            "n_action_steps": steps,
+            "ticks": int(tick1 - tick0),
+            "jitter_ms": {
+                "p50": round(float(np.percentile(late, 50)), 4),
+                "p99": round(float(np.percentile(late, 99)), 4),
+                "max": round(float(late.max()), 4),
+            },
+            "overruns": loop.ticker.overruns - overruns0,
+            "starved_ticks": loop.counters["starved"] - before.get("starved", 0),
+            "chunks": loop.counters["chunks"] - before.get("chunks", 0),
+            "inference_latency_ticks": {
+                "p50": float(np.percentile(lats, 50)) if lat_n else None,
+                "max": float(lats.max()) if lat_n else None,
+            },
+            "dropped_actions": loop.queue.dropped - dropped0,
+            "safety_interventions": dict(loop.envelope.counts),
+            "scheduling": loop.scheduling,
+            "loop_cpus_seen": sorted(loop.cpu_seen),
+        }
+    finally:
+        loop.shutdown()
+        streams.stop()
+        arm.close()
+        camera.stop()
+        cam_thread.join(2)
+        camera.close()
+    return result
+
+
+def run_loop_bench(
+    *, bundle: str | None, demo: bool, seconds: float, rates: list[float], steps: list[int]
+) -> dict[str, Any]:
+    from runtime.bundle.demo import ensure_bundle
+
+    path = bundle or str(ensure_bundle("demo" if demo else "act"))
+    cpus = allowed_cpus()
+    control_cpu = cpus[0]
+    cases: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="lrt-bench-loop-") as tmp:
+        workdir = Path(tmp)
+
+        def factory() -> Engine:
+            from runtime.engine.loader import load_engine
+
+            return load_engine(EngineConfig(bundle=path, devices=("CPU",), control_cpu=control_cpu))
+
+        server = PolicyServer(factory, ServerConfig(endpoints=(f"ipc://{workdir}/policy.sock",), queue_depth=4))
+        server.start()
+        engine = server.engine
+        specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.inputs])
+        load = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runtime.bench.serve_client",
+                f"ipc://{workdir}/policy.sock",
+                "served",
+                specs,
+                "1000000",
+                "0",
+                str(control_cpu),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            for rate in rates:
+                for n in steps:
+                    cases.append(_run_case(server, engine, rate, n, seconds, workdir, control_cpu))
+        finally:
+            load.kill()
+            load.wait()
+            server.stop(0.0)
+    return {
+        "bundle": path,
+        "policy": engine.manifest.policy_name,
+        "chunk_length": engine.manifest.chunk_length,
+        "engine": engine.info.to_json(),
+        "cpu": cpu_flags(),
+        "cpus": cpus,
+        "control_cpu": control_cpu,
+        "load": "a second process sends infer requests back to back (the inference CPU is always busy)",
+        "cases": cases,
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    e = result["engine"]
+    lines = [
+        f"bench loop: {result['policy']} (chunk {result['chunk_length']}), engine {e['engine']} {e['device']}/"
+        f"{e['precision']} {e['threads']} thread(s) on CPUs {e['cpus']}; control CPU {result['control_cpu']}",
+        f"CPU: {result['cpu']}",
+        f"load: {result['load']}",
+        "",
+        f"{'rate':>6} {'steps':>5} {'ticks':>6} {'jitter p50':>10} {'p99':>7} {'max':>7} {'overruns':>8} "
+        f"{'starved':>7} {'lat p50':>7} {'lat max':>7} {'dropped':>7}  scheduling",
+    ]
+    for c in result["cases"]:
+        j, lat = c["jitter_ms"], c["inference_latency_ticks"]
+        lines.append(
+            f"{c['rate_hz']:>6g} {c['n_action_steps']:>5} {c['ticks']:>6} {j['p50']:>10.3f} {j['p99']:>7.3f} "
+            f"{j['max']:>7.3f} {c['overruns']:>8} {c['starved_ticks']:>7} {_num(lat['p50']):>7} "
+            f"{_num(lat['max']):>7} {c['dropped_actions']:>7}  {c['scheduling']}"
+        )
+    lines.append("jitter: ms a tick woke after its deadline; latency: ticks from observation to chunk merged")
+    return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
