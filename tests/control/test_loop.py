@@ -171,7 +171,7 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     loop.request_estop("test e-stop")
     wait_for(lambda: loop.mode == "estopped", what="e-stop")
     time.sleep(0.3)
-    times, goals = received_goals(sim_arm, calibration)
+    times, _goals = received_goals(sim_arm, calibration)
     after = times > t_req
     assert after.any()
     first = times[after][0]
@@ -242,7 +242,7 @@ def test_shutdown_stops_motion_holds_then_turns_torque_off(sim_arm, calibration,
         assert loop.shutdown()
     finally:
         streams.stop()
-    times, goals = received_goals(sim_arm, calibration)
+    times, _goals = received_goals(sim_arm, calibration)
     after = times > t_stop
     assert after.sum() == 1  # one hold goal, then nothing moves
     hold_t = times[after][0]
