@@ -51,6 +51,7 @@ class Daemon:
         self.streams: ObservationStreams | None = None
         self._stall_logged = False
         self._last_auto_dump = -math.inf
+        self._control_state: tuple[str, str | None] = ("idle", None)
         self.should_exit = False
         self.force_exit = False
         self.failed = False
@@ -180,8 +181,25 @@ class Daemon:
             line = stats_line(self.server.snapshot())
             if self.arm is not None:
                 line += f"; arm {'ok' if self.arm.healthy else 'FAILING: ' + self.arm.last_error}"
+            if loop is not None:
+                line += "; " + self._control_line(loop)
             log.info("stats: %s", line)
             self.notifier.status(line)
+        if loop is not None:
+            state = (loop.mode, loop.estop_reason)
+            if state != self._control_state:
+                # Mode changes and e-stops reach `systemctl status` at once, not at the next stats line.
+                self._control_state = state
+                self.notifier.status(self._control_line(loop))
+
+    @staticmethod
+    def _control_line(loop: ControlLoop) -> str:
+        c = loop.counters
+        estop = f"E-STOP ({loop.estop_reason})" if loop.estop_reason else "no e-stop"
+        return (
+            f"control {loop.mode}, {estop}, chunks {c['chunks']}, starved ticks {c['starved']}, "
+            f"overruns {loop.ticker.overruns}, safety {sum(loop.envelope.counts.values())}"
+        )
 
     def _alive(self, now: float) -> bool:
         """False while the control loop misses its deadlines: systemd's watchdog then acts."""

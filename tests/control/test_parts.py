@@ -192,3 +192,35 @@ def test_recorder_dump_replay_and_drawing(tmp_path: Path):
     assert summary["joints"]["shoulder_lift"]["interventions"] == {"step": 1}
     png = draw(path, tmp_path / "flight.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+class TestControlRequests:
+    def test_body_is_read(self):
+        import msgpack
+
+        from runtime.protocol.codec import decode_request
+
+        header = msgpack.packb(
+            {"v": 1, "id": 9, "kind": "control.estop", "body": {"who": "ana", "reason": "hand in the way"}}
+        )
+        req = decode_request([header], 1 << 20)
+        assert (req.id, req.kind, req.who, req.reason) == (9, "control.estop", "ana", "hand in the way")
+
+    @pytest.mark.parametrize(
+        ("body", "field"),
+        [
+            ({"reason": "x"}, "body.reason"),  # only control.estop takes a reason
+            ({"who": 5}, "body.who"),
+            ({"who": "x" * 201}, "body.who"),
+            ({"speed": 1}, "body.speed"),
+        ],
+    )
+    def test_bad_body_is_named_with_the_request_id(self, body, field):
+        import msgpack
+
+        from runtime.protocol.codec import decode_request
+
+        header = msgpack.packb({"v": 1, "id": 4, "kind": "control.start", "body": body})
+        with pytest.raises(BadRequestError) as err:
+            decode_request([header], 1 << 20)
+        assert err.value.field == field and err.value.request_id == 4
