@@ -42,6 +42,8 @@ def daemon(demo_bundle: Path, short_dir: Path, camera: Camera):
     )
     d = Daemon(config, notifier=SystemdNotifier(None))
     d.startup()
+    assert d.streams is not None
+    wait_for(lambda: not d.streams.stale(time.monotonic()), what="camera frames at the daemon")
     thread = threading.Thread(target=d.main_loop, daemon=True)
     thread.start()
     yield d
