@@ -23,6 +23,7 @@ from runtime.config import DaemonConfig
 from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
+from runtime.engine.affinity import inference_cpus, process_on
 from runtime.engine.base import Engine
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
@@ -106,7 +107,9 @@ class Daemon:
     def startup(self) -> None:
         self.notifier.status("loading the policy")
         server = PolicyServer(self.engine_factory, self.config.server)
-        server.start()  # loads on the worker thread, raises on a failed parity gate or bind
+        engine_cfg = self.config.engine
+        with process_on(inference_cpus(engine_cfg.cpus, engine_cfg.control_cpu)):
+            server.start()  # loads on the worker thread, raises on a failed parity gate or bind
         self.server = server
         if self.config.arm.kind != "none":
             self.notifier.status("connecting the arm")
@@ -150,7 +153,7 @@ class Daemon:
         loop.start()
         self.loop = loop
         self.arm.source = loop
-        server.control = LoopControl(loop, self.config.daemon.state_path())
+        server.control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id)
 
     def main_loop(self) -> None:
         tick = self.config.daemon.tick_s

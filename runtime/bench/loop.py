@@ -28,7 +28,7 @@ from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.control.handler import ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
-from runtime.engine.affinity import allowed_cpus
+from runtime.engine.affinity import allowed_cpus, inference_cpus, process_on
 from runtime.engine.base import Engine
 from runtime.engine.config import EngineConfig
 from runtime.paths import data_root
@@ -148,7 +148,8 @@ def run_loop_bench(
             return load_engine(EngineConfig(bundle=path, devices=("CPU",), control_cpu=control_cpu))
 
         server = PolicyServer(factory, ServerConfig(endpoints=(f"ipc://{workdir}/policy.sock",), queue_depth=4))
-        server.start()
+        with process_on(inference_cpus((), control_cpu)):
+            server.start()
         engine = server.engine
         specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.inputs])
         load = subprocess.Popen(

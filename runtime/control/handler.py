@@ -31,9 +31,10 @@ class ServerInference:
 
 
 class LoopControl:
-    def __init__(self, loop: ControlLoop, state_dir: Path) -> None:
+    def __init__(self, loop: ControlLoop, state_dir: Path, inference_thread: int = 0) -> None:
         self.loop = loop
         self.state_dir = state_dir
+        self.inference_thread = inference_thread
 
     def handle(self, request: ControlRequest, client: str) -> dict[str, Any]:
         loop = self.loop
@@ -57,6 +58,8 @@ class LoopControl:
 
     def status(self) -> dict[str, Any]:
         status = self.loop.status()
+        # OS thread ids, to check where they really run (/proc/PID/task/TID/stat field 39)
+        status["threads"] = {"control": self.loop.native_id, "inference": self.inference_thread}
         streams = self.loop.streams
         if streams is not None:
             status["streams"] = {

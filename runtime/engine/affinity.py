@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 from runtime.errors import ConfigError
 
@@ -39,14 +41,14 @@ def pin_current_thread(cpus: list[int]) -> None:
     log.debug("pinned thread %d to CPUs %s", threading.get_native_id(), cpus)
 
 
-def thread_cpu(tid: int) -> int | None:
-    """The CPU thread ``tid`` of this process last ran on (``/proc/self/task/TID/stat`` field 39).
+def thread_cpu(tid: int, pid: int | str = "self") -> int | None:
+    """The CPU thread ``tid`` of process ``pid`` last ran on (``/proc/PID/task/TID/stat`` field 39).
 
     This is where the thread really ran, which an affinity mask read back does not prove.
     None when the thread is gone.
     """
     try:
-        with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
@@ -55,12 +57,58 @@ def thread_cpu(tid: int) -> int | None:
     return int(fields[39 - 3])
 
 
-def thread_cpu_time(tid: int) -> int | None:
+def thread_cpu_time(tid: int, pid: int | str = "self") -> int | None:
     """User + system clock ticks thread ``tid`` has run (fields 14 and 15), None when it is gone."""
     try:
-        with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
     fields = stat[stat.rindex(b")") + 2 :].split()
     return int(fields[14 - 3]) + int(fields[15 - 3])
+
+
+@contextmanager
+def process_on(cpus: list[int]) -> Iterator[None]:
+    """Keep every thread of this process on ``cpus`` while an engine loads, then give each its set back.
+
+    OpenVINO's CPU streams executor runs each inference in a TBB arena that binds the inferring thread
+    (through hwloc) to the process's CPU set as it was when the arena was set up, whatever that
+    thread was pinned to: measured with ENABLE_CPU_PINNING off, the worker pinned to ``1`` read ``0-1``
+    during every inference, and hwloc takes the process's set as the union of all its threads' sets
+    (numpy's OpenBLAS threads included). With every thread on the inference CPUs while the engine
+    loads, that set is theirs, and the control CPU stays out of inference for the process's life.
+    """
+    before: dict[int, set[int]] = {}
+    for tid in _threads():
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # the thread ended meanwhile
+            before.pop(tid, None)
+    try:
+        yield
+    finally:
+        for tid, mask in before.items():
+            with suppress(OSError):
+                os.sched_setaffinity(tid, mask)
+
+
+def _threads() -> list[int]:
+    return [int(t) for t in os.listdir("/proc/self/task")]
+
+
+def thread_cpus_allowed(tid: int, pid: int | str = "self") -> set[int] | None:
+    """Thread ``tid``'s CPU affinity as the kernel has it now (``Cpus_allowed_list``), None when gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    out: set[int] = set()
+                    for part in line.split(":", 1)[1].strip().split(","):
+                        lo, _, hi = part.partition("-")
+                        out.update(range(int(lo), int(hi or lo) + 1))
+                    return out
+    except OSError:
+        return None
+    return None

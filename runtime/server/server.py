@@ -126,6 +126,8 @@ class PolicyServer:
         self._deadline = math.inf
         self._accepting = True
         self._started = False
+        # Every CPU this process may use, taken before a caller narrows its own thread to load an engine.
+        self._all_cpus = set(os.sched_getaffinity(0))
         #: set by the daemon when it runs the control loop; None answers control.* with no_control
         self.control: ControlHandler | None = None
 
@@ -150,7 +152,7 @@ class PolicyServer:
             raise
         # ZeroMQ's own I/O threads start with the context's first socket, which comes next: keep them
         # off the inference CPUs too, or they wait behind inference and slow it down.
-        for cpu in sorted(set(os.sched_getaffinity(0)) - set(self.engine.info.cpus)):
+        for cpu in sorted(self._all_cpus - set(self.engine.info.cpus)):
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
         self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(self.engine)
         self.info = policy_info(self.engine, self.max_message_bytes, self.config.queue_depth)
@@ -266,7 +268,7 @@ class PolicyServer:
 
     def _io_loop(self) -> None:
         # Keep socket I/O off the inference CPUs, so neither waits for the other to be scheduled.
-        io_cpus = set(os.sched_getaffinity(0)) - set(self.engine.info.cpus)
+        io_cpus = self._all_cpus - set(self.engine.info.cpus)
         if io_cpus:
             os.sched_setaffinity(0, io_cpus)
         poller = zmq.Poller()

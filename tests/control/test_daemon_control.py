@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,13 +19,13 @@ from runtime.client import PolicyClient
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.daemon import Daemon
-from runtime.engine.affinity import thread_cpu, thread_cpu_time
+from runtime.engine.affinity import thread_cpu, thread_cpu_time, thread_cpus_allowed
 from runtime.engine.config import EngineConfig
 from runtime.protocol.errors import ControlRefusedError, NoControlError
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.config import ServerConfig
 
-from .conftest import CALIBRATION, IMAGE, Camera, wait_for
+from .conftest import CALIBRATION, IMAGE, ROOT, Camera, wait_for
 
 
 @pytest.fixture
@@ -97,43 +100,78 @@ def test_control_kinds_without_an_arm_get_no_control(demo_bundle: Path, short_di
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: one for control, one for inference")
-def test_inference_runs_off_the_control_cpu_while_the_daemon_serves(daemon: Daemon, short_dir: Path):
-    """Where threads really ran (``/proc/self/task/*/stat`` field 39), sampled while inference is busy."""
-    assert daemon.server is not None and daemon.loop is not None
-    control_cpu = daemon.config.engine.control_cpu
-    engine_cpus = set(daemon.server.engine.info.cpus)
-    assert control_cpu not in engine_cpus
-    stop = threading.Event()
-    obs = {
-        IMAGE: np.zeros((96, 128, 3), np.uint8),
-        "observation.state": np.zeros(6, np.float32),
-    }
-
-    def hammer() -> None:
-        with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as client:
-            while not stop.is_set():
-                client.infer(obs)
-
-    with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as client:
-        client.control("start")
-    load = threading.Thread(target=hammer, daemon=True)
-    load.start()
+def test_inference_runs_off_the_control_cpu_while_the_daemon_serves(demo_bundle: Path, short_dir: Path, camera: Camera):
+    """``lerobot-runtime serve`` in its own process, moving the arm while another process keeps inference
+    busy: where its threads really ran (``/proc/PID/task/*/stat`` field 39) and what the kernel allowed."""
+    cpus = sorted(os.sched_getaffinity(0))
+    control_cpu, engine_cpus = cpus[0], set(cpus[1:])
+    endpoint = f"ipc://{short_dir}/policy.sock"
+    config = short_dir / "c.toml"
+    config.write_text(
+        f"""
+[engine]
+bundle = "{demo_bundle}"
+control_cpu = {control_cpu}
+[server]
+endpoints = ["{endpoint}"]
+[arm]
+kind = "sim"
+calibration = "{CALIBRATION}"
+[control]
+rt_priority = 0
+[[control.streams]]
+input = "{IMAGE}"
+endpoint = "{camera.endpoint}"
+max_age_ms = 500.0
+[daemon]
+state_dir = "{short_dir / "state"}"
+"""
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "runtime", "serve", "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    load = None
     try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-        cpu_time = {t: thread_cpu_time(t) or 0 for t in tids}
-        seen: dict[int, list[int]] = {t: [] for t in tids}
+        with PolicyClient(endpoint, timeout_s=60) as client:
+            info = client.hello()
+            assert set(info.engine["cpus"]) == engine_cpus
+            wait_for(lambda: not client.control("status")["stale_streams"], timeout=20, what="camera frames")
+            client.control("start")
+            threads = client.control("status")["threads"]
+        specs = json.dumps([[i.name, i.dtype, list(i.shape)] for i in info.inputs])
+        # Requests back to back from another process, as a busy robot's clients would send them.
+        load = subprocess.Popen(
+            [sys.executable, "-m", "runtime.bench.serve_client", endpoint, "served", specs, "100000", "0", "-1"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)
+        pid = daemon.pid
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        cpu_time = {t: thread_cpu_time(t, pid) or 0 for t in tids}
+        seen: dict[int, set[int]] = {t: set() for t in tids}
+        masks: set[int] = set()
         end = time.monotonic() + 1.5
         while time.monotonic() < end:
             for t in tids:
-                cpu = thread_cpu(t)
+                cpu = thread_cpu(t, pid)
                 if cpu is not None:
-                    seen[t].append(cpu)
+                    seen[t].add(cpu)
+            masks |= thread_cpus_allowed(threads["inference"], pid) or set()
             time.sleep(0.002)
-        busy = {t: (thread_cpu_time(t) or 0) - cpu_time[t] for t in tids}
+        busy = {t: (thread_cpu_time(t, pid) or 0) - cpu_time[t] for t in tids}
     finally:
-        stop.set()
-        load.join(5)
+        if load is not None:
+            load.kill()
+            load.wait()
+        daemon.terminate()
+        daemon.wait(30)
     busiest = max(busy, key=lambda t: busy[t])
-    assert busiest == daemon.server.worker_thread_id  # inference is what keeps a CPU busy
-    assert set(seen[busiest]) <= engine_cpus, f"inference ran on {sorted(set(seen[busiest]))}"
-    assert set(seen[daemon.loop.native_id]) == {control_cpu}
+    assert busiest == threads["inference"]  # inference is what keeps a CPU busy
+    assert seen[busiest] <= engine_cpus, f"inference ran on {sorted(seen[busiest])}"
+    # Not only where it happened to run: the kernel was never allowed to put inference on the control CPU.
+    assert masks == engine_cpus, f"the inference thread's affinity reached {sorted(masks)}"
+    assert seen[threads["control"]] == {control_cpu}
