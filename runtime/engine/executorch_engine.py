@@ -19,6 +19,7 @@ from runtime.bundle.pte import MethodInfo
 from runtime.engine import ovlib
 from runtime.engine.base import Engine, EngineInfo
 from runtime.engine.openvino_engine import import_blob, ov_precision_name
+from runtime.engine.poison import poison, unwritten, unwritten_message
 from runtime.errors import BundleError, InferenceError, MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,10 @@ class ExecuTorchEngine(Engine):
             ) from e
         self._check_signature(manifest, self._method.metadata, f"{bundle}/{program}")
         self._output_names = [o.name for o in manifest.outputs]
+        # The public Method.execute returns copies, so its output buffers cannot be marked before a
+        # run; the native method underneath hands out views of them (clone_outputs=False).
+        self._native = self._method._method
+        self._output_views = [t.numpy() for t in self._native.get_outputs(clone_outputs=False)]
 
         precision, threads = self._read_back(ov, method, device)
         if requested_precision and requested_precision != precision:
@@ -131,26 +136,37 @@ class ExecuTorchEngine(Engine):
 
     def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         tensors = [self._torch.from_numpy(a) for a in arrays]  # zero-copy
+        for view in self._output_views:
+            poison(view)  # see runtime.engine.poison: no stale chunk served
         try:
-            outputs = self._method.execute(tensors)
+            outputs = self._native.call(tensors, clone_outputs=False)
         except RuntimeError as e:
             reason = ovlib.last_error_message()
             detail = f"OpenVINO says: {reason}" if reason else f"no OpenVINO message ({e})"
-            log.error(
-                "inference failed: bundle %s, program %s, device %s, method forward: %s; %s",
-                self.info.bundle,
-                self.info.program,
-                self.info.device,
-                e,
-                detail,
-            )
-            raise InferenceError(
-                f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): "
-                f"{e}; {detail}",
-                backend_reason=reason,
-            ) from e
-        return {name: t.numpy().copy() for name, t in zip(self._output_names, outputs, strict=True)}
+            raise self._failed(f"{e}; {detail}", reason) from e
+        result = {name: t.numpy().copy() for name, t in zip(self._output_names, outputs, strict=True)}
+        for name, value in result.items():
+            missing = unwritten(value)
+            if missing:
+                reason = ovlib.last_error_message() or unwritten_message(name, missing, value.size)
+                raise self._failed(f"OpenVINO says: {reason}", reason)
+        return result
+
+    def _failed(self, detail: str, reason: str | None) -> InferenceError:
+        log.error(
+            "inference failed: bundle %s, program %s, device %s, method forward: %s",
+            self.info.bundle,
+            self.info.program,
+            self.info.device,
+            detail,
+        )
+        return InferenceError(
+            f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {detail}",
+            backend_reason=reason,
+        )
 
     def close(self) -> None:
+        self._output_views = []
+        self._native = None
         self._method = None
         self._program = None

@@ -15,6 +15,7 @@ import numpy as np
 from runtime.bundle.manifest import Manifest
 from runtime.bundle.pte import OPENVINO_BACKEND_ID, MethodInfo
 from runtime.engine.base import Engine, EngineInfo
+from runtime.engine.poison import poison, unwritten, unwritten_message
 from runtime.errors import BundleError, InferenceError
 
 log = logging.getLogger(__name__)
@@ -138,25 +139,34 @@ class OpenVINOEngine(Engine):
 
     def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         req = self._request
+        for i in range(len(self._output_names)):
+            poison(req.get_output_tensor(i).data)  # see runtime.engine.poison: no stale chunk served
         try:
             # share_inputs: OpenVINO reads the caller's buffers in place (no copy of a camera frame)
             results = req.infer(arrays, share_inputs=True)
         except RuntimeError as e:
-            reason = str(e).strip()
-            log.error(
-                "inference failed: bundle %s, program %s, device %s, method forward: %s",
-                self.info.bundle,
-                self.info.program,
-                self.info.device,
-                reason,
-            )
-            raise InferenceError(
-                f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {reason}",
-                backend_reason=reason,
-            ) from e
+            raise self._failed(str(e).strip()) from e
         # to_tuple keeps output order; copy so the next inference cannot overwrite a returned chunk
         values = results.to_tuple()
-        return {name: np.array(v, copy=True) for name, v in zip(self._output_names, values, strict=True)}
+        outputs = {name: np.array(v, copy=True) for name, v in zip(self._output_names, values, strict=True)}
+        for name, value in outputs.items():
+            missing = unwritten(value)
+            if missing:
+                raise self._failed(unwritten_message(name, missing, value.size))
+        return outputs
+
+    def _failed(self, reason: str) -> InferenceError:
+        log.error(
+            "inference failed: bundle %s, program %s, device %s, method forward: %s",
+            self.info.bundle,
+            self.info.program,
+            self.info.device,
+            reason,
+        )
+        return InferenceError(
+            f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {reason}",
+            backend_reason=reason,
+        )
 
     def close(self) -> None:
         self._request = None
