@@ -24,6 +24,7 @@ from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.engine.base import Engine
+from runtime.liveness import LivenessRegistry
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
 from runtime.server.stats import stats_line
@@ -55,6 +56,8 @@ class Daemon:
         self.should_exit = False
         self.force_exit = False
         self.failed = False
+        self.liveness = LivenessRegistry()
+        self._stalled = False
         self._last_watchdog = 0.0
         self._last_stats = 0.0
         self._last_arm_poll = 0.0
@@ -105,7 +108,8 @@ class Daemon:
 
     def startup(self) -> None:
         self.notifier.status("loading the policy")
-        server = PolicyServer(self.engine_factory, self.config.server)
+        heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
+        server = PolicyServer(self.engine_factory, self.config.server, heartbeat=heartbeat)
         server.start()  # loads on the worker thread, raises on a failed parity gate or bind
         self.server = server
         if self.config.arm.kind != "none":
@@ -168,8 +172,16 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        stalls = self.liveness.check(now)
+        if stalls and not self._stalled:
+            self.notifier.status(
+                "STALLED: " + "; ".join(f"{s.name} stuck {s.seconds:.0f} s while {s.doing}" for s in stalls)
+            )
+        self._stalled = bool(stalls)
+        alive = self._alive(now)  # the control loop's own deadline check (logs a stall once)
         interval = self.notifier.watchdog_interval_s
-        if interval is not None and now - self._last_watchdog >= interval and self._alive(now):
+        # No ping while a worker is stuck: systemd's WatchdogSec then restarts the service.
+        if interval is not None and not stalls and alive and now - self._last_watchdog >= interval:
             self.notifier.watchdog()
             self._last_watchdog = now
         if self.arm is not None and now - self._last_arm_poll >= self.config.daemon.arm_poll_s:

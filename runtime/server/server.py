@@ -22,6 +22,7 @@ from runtime import __version__
 from runtime.engine.base import Engine
 from runtime.engine.validate import validate_inputs
 from runtime.errors import InputValidationError
+from runtime.liveness import Heartbeat
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
 from runtime.protocol.errors import BadInputError, ErrorInfo, NoControlError, ServerError
 from runtime.protocol.messages import (
@@ -101,8 +102,10 @@ class PolicyServer:
         config: ServerConfig | None = None,
         *,
         runtime_directory: Path | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         """``engine`` is a loaded engine, or a factory that ``start()`` calls on the worker thread.
+        ``heartbeat``: beaten by the inference worker per job and while idle (see runtime.liveness).
 
         The factory form is what the daemon uses: ``load_engine`` pins the calling thread to the
         inference CPUs, so it must run on the thread that will run inference, and the I/O thread,
@@ -110,6 +113,7 @@ class PolicyServer:
         """
         self.config = config if config is not None else ServerConfig()
         self._engine_or_factory = engine
+        self.heartbeat = heartbeat
         self.endpoints = [resolve_endpoint(ep, runtime_directory) for ep in self.config.endpoints]
         self.curve: ServerCurve | None = load_server_curve(self.config.curve)
         check_endpoint_security(self.endpoints, self.curve)
@@ -138,7 +142,7 @@ class PolicyServer:
         self._context = zmq.Context()
         reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
         self._worker = InferenceWorker(
-            self._engine_or_factory, self.queue, self.stats, self._context, reply_endpoint
+            self._engine_or_factory, self.queue, self.stats, self._context, reply_endpoint, self.heartbeat
         )
         self._worker.start()
         try:

@@ -1,7 +1,9 @@
 """The inference worker: the one thread that owns the engine.
 
 It takes jobs from the :class:`RequestQueue`, runs the engine and pushes finished replies over an
-inproc socket to the I/O thread, the only thread that touches the ROUTER sockets.
+inproc socket to the I/O thread, the only thread that touches the ROUTER sockets. With a
+:class:`~runtime.liveness.Heartbeat` it beats before each job and while idle, so a run that hangs
+inside the backend withholds the systemd watchdog.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from runtime.engine.base import Engine
 from runtime.errors import InferenceError
+from runtime.liveness import Heartbeat
 from runtime.protocol.codec import encode_actions_reply, encode_error
 from runtime.protocol.errors import ErrorInfo
 from runtime.protocol.messages import Timing
@@ -33,8 +36,12 @@ class InferenceWorker(threading.Thread):
         stats: StatsCollector,
         context: Any,
         reply_endpoint: str,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         super().__init__(name="lerobot-runtime-infer", daemon=True)
+        self.heartbeat = heartbeat
+        # idle beats well inside the deadline, so only a hung job can miss it
+        self._idle_s = min(1.0, heartbeat.deadline_s / 4) if heartbeat is not None else None
         self._engine_or_factory = engine
         self.engine: Engine | None = None
         self.queue = queue
@@ -73,6 +80,7 @@ class InferenceWorker(threading.Thread):
             self._loaded.set()
         # A closed queue before serve() means start() failed after loading: nothing to run.
         while not self._go.wait(0.05):
+            self._beat("waiting for the sockets")
             if self.queue.closed:
                 return
         push = self._context.socket(zmq.PUSH)
@@ -80,9 +88,13 @@ class InferenceWorker(threading.Thread):
         push.connect(self._reply_endpoint)
         try:
             while True:
-                job = self.queue.get()
+                self._beat("idle")
+                job = self.queue.get(self._idle_s)
                 if job is None:
+                    if self._idle_s is not None and not (self.queue.closed and len(self.queue) == 0):
+                        continue  # idle timeout: beat again
                     break
+                self._beat(f"running request {job.request_id} from client {job.envelope[0].hex()}")
                 self.in_flight = 1
                 try:
                     if job.on_done is not None:
@@ -94,6 +106,10 @@ class InferenceWorker(threading.Thread):
                 push.send_multipart([job.socket_index.to_bytes(2, "little"), *job.envelope, *frames])
         finally:
             push.close()
+
+    def _beat(self, doing: str) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat(doing)
 
     def _run(self, job: Job) -> list[Any]:
         started = time.monotonic()
