@@ -37,6 +37,7 @@ from runtime.protocol.messages import (
 )
 from runtime.server.config import ServerConfig
 from runtime.server.endpoints import resolve_endpoint
+from runtime.server.instance import InstanceLock, tcp_listener_pid
 from runtime.server.queue import Job, RequestQueue
 from runtime.server.security import (
     ServerCurve,
@@ -132,6 +133,7 @@ class PolicyServer:
         self._started = False
         #: set by the daemon when it runs the control loop; None answers control.* with no_control
         self.control: ControlHandler | None = None
+        self._instance: InstanceLock | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -139,6 +141,20 @@ class PolicyServer:
         """Bind every endpoint and start the I/O and worker threads; raises if a bind fails."""
         if self._started:
             raise RuntimeError("server already started")
+        # before loading: a second daemon must not even load, let alone unlink the first one's sockets
+        self._instance = InstanceLock.acquire(self.endpoints)
+        try:
+            self._start()
+        except BaseException:
+            self._release_instance()
+            raise
+
+    def _release_instance(self) -> None:
+        if self._instance is not None:
+            self._instance.release()
+            self._instance = None
+
+    def _start(self) -> None:
         self._context = zmq.Context()
         reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
         self._worker = InferenceWorker(
@@ -202,8 +218,14 @@ class PolicyServer:
                 bound = endpoint
         except zmq.ZMQError as e:
             sock.close(0)
-            from runtime.errors import ConfigError
+            from runtime.errors import ConfigError, InstanceRunningError
 
+            pid = tcp_listener_pid(endpoint) if e.errno == zmq.EADDRINUSE else None
+            if pid is not None:
+                raise InstanceRunningError(
+                    f"server.endpoints: cannot bind {endpoint}: PID {pid} is listening there"
+                    + (" (another lerobot-runtime?)" if pid != os.getpid() else "")
+                ) from e
             raise ConfigError(f"server.endpoints: cannot bind {endpoint}: {e}") from e
         self.bound_endpoints.append(bound)
         return sock
@@ -234,6 +256,7 @@ class PolicyServer:
             log.error("I/O thread did not stop; leaving the ZeroMQ context open")
             return
         self._stop_context()
+        self._release_instance()
         if not isinstance(self._engine_or_factory, Engine):
             self.engine.close()  # made by our factory, so ours to release
         self._started = False
