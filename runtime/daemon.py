@@ -4,7 +4,8 @@ Shaped like uvicorn's ``Server``: signal handlers only set flags; the main threa
 ``daemon.tick_s`` and does periodic work in :meth:`Daemon.on_tick` (systemd watchdog, stats log
 line); the first SIGINT/SIGTERM asks for a graceful stop (queued infers may finish within
 ``daemon.graceful_timeout_s``), a second SIGINT forces it. systemd hears READY=1 only once the
-engine is loaded, its parity gate passed and every socket is bound.
+engine is loaded, its parity gate passed and every socket is bound. SIGHUP reloads what can be
+reloaded in place (see :mod:`runtime.reload`) and logs what needs a restart.
 """
 
 from __future__ import annotations
@@ -15,23 +16,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from runtime.arm_monitor import ArmMonitor
-from runtime.config import DaemonConfig
+from runtime.config import DaemonConfig, load_config
 from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.engine.base import Engine
-from runtime.liveness import LivenessRegistry
+from runtime.errors import LerobotRuntimeError
+from runtime.liveness import Heartbeat, LivenessRegistry
+from runtime.reload import bundle_identity, plan_reload
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
 from runtime.server.stats import stats_line
 
 log = logging.getLogger(__name__)
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 AUTO_DUMP_SPACING_S = 5.0  # a fault storm writes one recording, not hundreds
 ESTOP_SIGNAL = signal.SIGUSR1  # `systemctl kill -s USR1 lerobot-runtime`: latch the e-stop
 
@@ -42,8 +47,11 @@ class Daemon:
         config: DaemonConfig,
         engine_factory: Callable[[], Engine] | None = None,
         notifier: SystemdNotifier | None = None,
+        config_path: str | Path | None = None,
     ) -> None:
+        """``config_path``: the file ``config`` came from, read again on SIGHUP (None: the defaults)."""
         self.config = config
+        self.config_path = config_path
         self.engine_factory = engine_factory if engine_factory is not None else self._load_engine
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.server: PolicyServer | None = None
@@ -57,7 +65,11 @@ class Daemon:
         self.force_exit = False
         self.failed = False
         self.liveness = LivenessRegistry()
+        self._heartbeat: Heartbeat | None = None
         self._stalled = False
+        self.reload_requested = False
+        self._reloading: threading.Thread | None = None
+        self._bundle_id = ""
         self._last_watchdog = 0.0
         self._last_stats = 0.0
         self._last_arm_poll = 0.0
@@ -84,7 +96,9 @@ class Daemon:
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Only flags: the main loop does the work on its next tick.
-        if self.should_exit and sig == signal.SIGINT:
+        if sig == signal.SIGHUP:
+            self.reload_requested = True
+        elif self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         else:
             self.should_exit = True
@@ -108,8 +122,9 @@ class Daemon:
 
     def startup(self) -> None:
         self.notifier.status("loading the policy")
-        heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
-        server = PolicyServer(self.engine_factory, self.config.server, heartbeat=heartbeat)
+        self._bundle_id = bundle_identity(self.config.engine.bundle)
+        self._heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
+        server = PolicyServer(self.engine_factory, self.config.server, heartbeat=self._heartbeat)
         server.start()  # loads on the worker thread, raises on a failed parity gate or bind
         self.server = server
         if self.config.arm.kind != "none":
@@ -172,6 +187,9 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        if self.reload_requested:
+            self.reload_requested = False
+            self.reload()
         stalls = self.liveness.check(now)
         if stalls and not self._stalled:
             self.notifier.status(
@@ -246,6 +264,70 @@ class Daemon:
             log.error("flight recorder: could not write (%s): %s", reason, e)
             return
         log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
+
+    # --- reload (SIGHUP) -----------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Re-read the config: apply ``[daemon]``, load a changed policy beside the running one, and
+        name what needs a restart. A config that does not parse changes nothing."""
+        where = str(self.config_path) if self.config_path is not None else "the built-in defaults"
+        if self._reloading is not None and self._reloading.is_alive():
+            log.warning("reload (SIGHUP) ignored: the previous reload is still loading the policy")
+            return
+        try:
+            new = load_config(self.config_path)
+        except LerobotRuntimeError as e:
+            log.error("reload (SIGHUP) refused, still running the previous config: %s", e)
+            return
+        new_bundle_id = bundle_identity(new.engine.bundle)
+        plan = plan_reload(self.config, new, self._bundle_id, new_bundle_id)
+        log.info("reload (SIGHUP) from %s: %s", where, plan.describe())
+        if plan.daemon_keys:
+            self.config = replace(self.config, daemon=new.daemon)
+            if self._heartbeat is not None:
+                self._heartbeat.deadline_s = new.daemon.inference_stall_s
+        if plan.reload_engine and self.server is not None:
+            self.notifier.status(f"reloading the policy from {new.engine.bundle or 'the built-in bundle'}")
+            self._reloading = threading.Thread(
+                target=self._reload_engine, args=(new, new_bundle_id), name="lerobot-runtime-reload", daemon=True
+            )
+            self._reloading.start()
+
+    def _reload_engine(self, new: DaemonConfig, bundle_id: str) -> None:
+        server = self.server
+        if server is None:
+            return
+        old = server.engine.info
+        try:
+            engine = self._engine_for(new)  # loads, passes the parity gate and warms up on this thread
+        except Exception as e:
+            log.error("reload: the new policy was not loaded, still serving %s (%s): %s", old.bundle, old.program, e)
+            self.notifier.status(f"reload failed, still serving {old.bundle}: {e}")
+            return
+        try:
+            server.replace_engine(engine)
+        except LerobotRuntimeError as e:
+            engine.close()
+            log.error("reload: %s; still serving %s", e, old.bundle)
+            return
+        self.config = replace(self.config, engine=new.engine)
+        self._bundle_id = bundle_id
+        info = engine.info
+        log.info(
+            "reload: serving %s (%s) on %s/%s from the next request",
+            info.bundle,
+            info.program,
+            info.device,
+            info.precision,
+        )
+        self.notifier.status(f"serving {engine.manifest.policy_name} from {info.bundle} (reloaded)")
+
+    def _engine_for(self, config: DaemonConfig) -> Engine:
+        if self.engine_factory != self._load_engine:
+            return self.engine_factory()  # an injected factory (tests, embedding): it knows no config
+        from runtime.engine.loader import load_engine
+
+        return load_engine(config.engine)
 
     def shutdown(self) -> None:
         """STOPPING=1, stop the server (graceful unless forced), release the arm, log the final stats."""

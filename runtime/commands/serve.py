@@ -41,7 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
     from runtime.config import load_config
     from runtime.daemon import Daemon
 
-    return Daemon(load_config(args.config)).run()
+    return Daemon(load_config(args.config), config_path=args.config).run()
 
 
 def _keys(args: argparse.Namespace) -> int:

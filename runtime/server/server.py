@@ -257,9 +257,29 @@ class PolicyServer:
             return
         self._stop_context()
         self._release_instance()
-        if not isinstance(self._engine_or_factory, Engine):
-            self.engine.close()  # made by our factory, so ours to release
+        if self._worker is not None and self._worker.owns_engine and self._worker.engine is not None:
+            self._worker.engine.close()  # made by our factory or a reload, so ours to release
         self._started = False
+
+    def replace_engine(self, engine: Engine) -> None:
+        """Serve ``engine`` (already loaded and parity-checked) from the next infer on.
+
+        Its inputs and outputs must be the old engine's: clients were told them in ``hello`` and the
+        queued observations were checked against them. Raises :class:`ConfigError` otherwise.
+        """
+        from runtime.errors import ConfigError
+
+        old, new = self.engine.manifest, engine.manifest
+        if (old.inputs, old.outputs, old.action_output) != (new.inputs, new.outputs, new.action_output):
+            raise ConfigError(
+                f"{engine.info.bundle}: its inputs or outputs differ from the running policy's "
+                f"({[s.name for s in new.inputs]} -> {[s.name for s in new.outputs]}); restart to serve it"
+            )
+        assert self._worker is not None
+        self._worker.swap_engine(engine)
+        self.engine = engine
+        self.info = policy_info(engine, self.max_message_bytes, self.config.queue_depth)
+        self._hello_body = self.info.to_wire()
 
     def _stop_context(self) -> None:
         if self._auth is not None:

@@ -53,6 +53,8 @@ class InferenceWorker(threading.Thread):
         self._loaded = threading.Event()
         self._go = threading.Event()
         self._load_error: BaseException | None = None
+        self._next_engine: Engine | None = None
+        self.owns_engine = not isinstance(engine, Engine)  # made by our factory: ours to close
 
     def wait_loaded(self) -> Engine:
         """Block until the engine is loaded on this thread; re-raise the factory's exception."""
@@ -61,6 +63,21 @@ class InferenceWorker(threading.Thread):
             raise self._load_error
         assert self.engine is not None
         return self.engine
+
+    def swap_engine(self, engine: Engine) -> None:
+        """Run ``engine`` from the next job on; the worker closes the one it replaces (if it made it)."""
+        self._next_engine = engine
+
+    def _take_next_engine(self) -> None:
+        new, self._next_engine = self._next_engine, None
+        if new is None:
+            return
+        old, self.engine = self.engine, new
+        self._action_output = new.manifest.action_output
+        log.info("now serving %s (%s)", new.info.bundle, new.info.program)
+        if old is not None and self.owns_engine:
+            old.close()
+        self.owns_engine = True
 
     def serve(self) -> None:
         """Start taking jobs (the sockets are open)."""
@@ -91,9 +108,11 @@ class InferenceWorker(threading.Thread):
                 self._beat("idle")
                 job = self.queue.get(self._idle_s)
                 if job is None:
+                    self._take_next_engine()
                     if self._idle_s is not None and not (self.queue.closed and len(self.queue) == 0):
                         continue  # idle timeout: beat again
                     break
+                self._take_next_engine()
                 self._beat(f"running request {job.request_id} from client {job.envelope[0].hex()}")
                 self.in_flight = 1
                 try:

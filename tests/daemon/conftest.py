@@ -96,3 +96,70 @@ def short_tmp() -> Iterator[Path]:
 
     with tempfile.TemporaryDirectory(prefix="lrt-") as d:
         yield Path(d)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServeProcess:
+    """``lerobot-runtime serve --config FILE`` in a subprocess, its output read line by line."""
+
+    def __init__(self, config: Path, notify: str | None = None, extra_env: dict[str, str] | None = None) -> None:
+        import os
+        import subprocess
+        import sys
+
+        env = {**os.environ, **(extra_env or {})}
+        env.pop("WATCHDOG_USEC", None)
+        env.pop("NOTIFY_SOCKET", None)
+        if notify is not None:
+            env["NOTIFY_SOCKET"] = notify
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime", "serve", "--config", str(config)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_line(self, needle: str, timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if needle in line:
+                    return line
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.02)
+        pytest.fail(f"no output line with {needle!r}; output so far:\n{self.output}")
+
+    def wait(self, timeout: float = 60.0) -> int:
+        rc = self.proc.wait(timeout)
+        self._reader.join(5)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def write_config(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
