@@ -113,7 +113,11 @@ class Daemon:
     def run(self) -> int:
         self.install_signal_handlers()
         try:
-            self.startup()
+            try:
+                self.startup()
+            except InterruptedError as e:  # SIGTERM while waiting for the arm: a clean stop
+                log.info("%s", e)
+                return 0
             self.main_loop()
         finally:
             self.shutdown()
@@ -129,16 +133,20 @@ class Daemon:
         self.server = server
         if self.config.arm.kind != "none":
             self.notifier.status("connecting the arm")
-            self.arm = ArmMonitor(self.config.arm)
-            self.arm.open()
+            self.arm = ArmMonitor(self.config.arm, on_change=self._arm_changed)
+            # READY=1 only once the arm answers: clients and systemd see a daemon that can act
+            self.arm.open_waiting(
+                self.config.daemon.arm_wait_s,
+                should_stop=lambda: self.should_exit,
+                on_wait=self.notifier.status,
+            )
+            server.arm_status = self.arm.status
             if self.config.control.enabled:
                 self._start_control(server)
-        info = server.info
-        where = ", ".join(server.bound_endpoints)
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:
             arm += f", control loop at {self.loop.rate_hz:g} Hz (idle until control start)"
-        status = f"serving {info.policy_name} on {info.device}/{info.precision} at {where}{arm}"
+        status = self._serving_status() + arm
         now = time.monotonic()
         self._last_watchdog = self._last_stats = self._last_arm_poll = now
         self.notifier.ready(status)
@@ -210,7 +218,7 @@ class Daemon:
             self._last_stats = now
             line = stats_line(self.server.snapshot())
             if self.arm is not None:
-                line += f"; arm {'ok' if self.arm.healthy else 'FAILING: ' + self.arm.last_error}"
+                line += f"; {self.arm.describe()}"
             if loop is not None:
                 line += "; " + self._control_line(loop)
             log.info("stats: %s", line)
@@ -264,6 +272,17 @@ class Daemon:
             log.error("flight recorder: could not write (%s): %s", reason, e)
             return
         log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
+
+    def _arm_changed(self, arm: ArmMonitor) -> None:
+        # systemd's STATUS= hears it at once, not at the next stats line
+        if self.server is not None:
+            self.notifier.status(f"{arm.describe()}; {self._serving_status()}")
+
+    def _serving_status(self) -> str:
+        assert self.server is not None
+        info = self.server.info
+        where = ", ".join(self.server.bound_endpoints)
+        return f"serving {info.policy_name} on {info.device}/{info.precision} at {where}"
 
     # --- reload (SIGHUP) -----------------------------------------------------------------------
 

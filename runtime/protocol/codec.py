@@ -480,7 +480,17 @@ def policy_info_from_reply(reply: Reply) -> PolicyInfo:
         kinds=tuple(str(k) for k in _need(b, "kinds", list, "body")),
         max_message_bytes=int(_need(limits, "max_message_bytes", int, "body.limits")),
         queue_depth=int(_need(limits, "queue_depth", int, "body.limits")),
+        arm=_arm(b),
     )
+
+
+def _arm(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    raw = body.get("arm")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"reply body.arm: expected a map or nil, got {_type_name(raw)}")
+    return {str(k): v for k, v in raw.items()}
 
 
 def stats_from_reply(reply: Reply) -> StatsSnapshot:
@@ -506,4 +516,5 @@ def stats_from_reply(reply: Reply) -> StatsSnapshot:
         queue_capacity=int(_need(queue, "capacity", int, "body.queue")),
         in_flight=int(_need(queue, "in_flight", int, "body.queue")),
         latency_ms=latency,
+        arm=_arm(b),
     )

@@ -7,12 +7,13 @@ inproc socket and the I/O thread forwards them, so each ZeroMQ socket is used by
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -134,6 +135,8 @@ class PolicyServer:
         #: set by the daemon when it runs the control loop; None answers control.* with no_control
         self.control: ControlHandler | None = None
         self._instance: InstanceLock | None = None
+        # set by the daemon once it holds an arm: health, e-stop and temperatures for hello and stats
+        self.arm_status: Callable[[], Mapping[str, Any]] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -307,7 +310,10 @@ class PolicyServer:
 
     def snapshot(self) -> StatsSnapshot:
         in_flight = self._worker.in_flight if self._worker is not None else 0
-        return self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
+        snap = self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
+        if self.arm_status is not None:
+            snap = dataclasses.replace(snap, arm=dict(self.arm_status()))
+        return snap
 
     # --- I/O thread --------------------------------------------------------------------------
 
@@ -413,6 +419,8 @@ class PolicyServer:
                 body = {"uptime_s": round(time.monotonic() - self.stats.started, 3)}
             elif kind == "hello":
                 body = self._hello_body
+                if self.arm_status is not None:
+                    body = {**body, "arm": dict(self.arm_status())}
             else:
                 body = self.snapshot().to_wire()
             header = encode_reply(
