@@ -1,7 +1,9 @@
 """Logging set-up: one line per event, journald-friendly.
 
 Under systemd (``JOURNAL_STREAM`` set) the timestamp is left to journald and each line carries a
-``<N>`` syslog priority prefix, which journald turns into the entry's priority.
+``<N>`` syslog priority prefix, which journald turns into the entry's priority. journald makes one
+entry per line, so a multi-line message (OpenVINO's exception text, a traceback) is folded into one
+line there, its lines joined with `` | ``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ _SYSLOG_PRIORITY = {
 }
 
 
+def one_line(text: str) -> str:
+    """``text``'s non-blank lines, stripped and joined with `` | ``."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 class _JournalFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         priority = _SYSLOG_PRIORITY.get(record.levelno, 6)
-        return f"<{priority}>{super().format(record)}"
+        return f"<{priority}>{one_line(super().format(record))}"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

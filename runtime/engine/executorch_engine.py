@@ -21,10 +21,24 @@ from runtime.engine.base import Engine, EngineInfo
 from runtime.engine.openvino_engine import import_blob, ov_precision_name
 from runtime.engine.poison import poison, unwritten, unwritten_message
 from runtime.errors import BundleError, InferenceError, MissingDependencyError
+from runtime.log import one_line
 
 log = logging.getLogger(__name__)
 
 _DTYPE_TO_SCALAR = {"uint8": 0, "int8": 1, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "bool": 11}
+
+
+def _import_failure(ov: Any, method: MethodInfo, device: str) -> str | None:
+    """OpenVINO's reason for refusing the method's blob, found by importing it directly."""
+    blobs = [d for d in method.delegates if d.backend_id == "OpenvinoBackend"]
+    if not blobs:
+        return None
+    try:
+        compiled, blob = import_blob(ov.Core(), blobs[0].payload, device, {})
+    except RuntimeError as e:
+        return str(e)
+    del compiled, blob
+    return None
 
 
 def _import_runtime() -> tuple[Any, Any, Any]:
@@ -66,10 +80,12 @@ class ExecuTorchEngine(Engine):
             self._program = rt.load_program(source, verification=Verification.Minimal)
             self._method = self._program.load_method("forward")
         except RuntimeError as e:
-            reason = ovlib.last_error_message()
+            # The backend frees its OpenVINO core right after a failed import, which clears the C
+            # API's message; importing the same blob directly reproduces the failure with its text.
+            reason = ovlib.last_error_message() or _import_failure(ov, method, device)
             raise BundleError(
                 f"{bundle}/{program}: ExecuTorch could not load method 'forward': {e}"
-                + (f"; OpenVINO says: {reason}" if reason else "")
+                + (f"; OpenVINO says: {one_line(reason)}" if reason else "")
             ) from e
         self._check_signature(manifest, self._method.metadata, f"{bundle}/{program}")
         self._output_names = [o.name for o in manifest.outputs]

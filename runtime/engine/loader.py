@@ -104,6 +104,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             threads=threads,
             cpus=cpus,
             cache_dir=config.cache_dir,
+            compiled_by=entry.openvino_version,
         )
     else:
         from runtime.engine.executorch_engine import ExecuTorchEngine

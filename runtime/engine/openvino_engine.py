@@ -17,6 +17,7 @@ from runtime.bundle.pte import OPENVINO_BACKEND_ID, MethodInfo
 from runtime.engine.base import Engine, EngineInfo
 from runtime.engine.poison import poison, unwritten, unwritten_message
 from runtime.errors import BundleError, InferenceError
+from runtime.log import one_line
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,9 @@ class OpenVINOEngine(Engine):
         threads: int,
         cpus: list[int],
         cache_dir: str = "",
+        compiled_by: str = "",
     ) -> None:
+        """``compiled_by``: the OpenVINO version the manifest says compiled the blob ("" if unknown)."""
         import openvino as ov
 
         refusal = direct_engine_refusal(method)
@@ -98,10 +101,21 @@ class OpenVINOEngine(Engine):
         try:
             compiled, self._blob = import_blob(core, method.delegates[0].payload, device, props)
         except RuntimeError as e:
+            installed = ov.get_version()
+            relower = f"lerobot-runtime lower {bundle} --device {device}"
+            if compiled_by and installed.split("-")[0] == compiled_by.split("-")[0]:
+                why = (
+                    f"the blob is damaged (OpenVINO {compiled_by} compiled it, the same version as here); "
+                    f"make it again from the bundle's portable program: {relower}"
+                )
+            else:
+                why = (
+                    "either the blob is damaged or another OpenVINO version compiled it (the manifest does "
+                    f"not say which); make it again here: {relower}"
+                )
             raise BundleError(
-                f"{bundle}/{program}: OpenVINO {ov.get_version()} could not import the {device} blob: {e}. "
-                "A blob only imports on the OpenVINO version that compiled it: re-lower the bundle "
-                f"(lerobot-runtime lower {bundle} --device {device})"
+                f"{bundle}/{program}: OpenVINO {installed} could not import the {device} blob: {why}. "
+                f"OpenVINO says: {one_line(str(e))}"
             ) from e
         self._check_signature(manifest, compiled, f"{bundle}/{program}")
         self._compiled = compiled

@@ -220,3 +220,74 @@ def test_not_a_program(tmp_path: Path) -> None:
 def test_truncated_program(mismatch_program: bytes) -> None:
     with pytest.raises(BundleError, match=r"truncated|corrupt"):
         parse_program(mismatch_program[: len(mismatch_program) // 2], "x.pte")
+
+
+def _damaged(program: bytes) -> bytes:
+    """The program with 16 bytes inside its OpenVINO blob inverted (the blob's header)."""
+    payload = bytes(parse_program(program)["forward"].delegates[0].payload)
+    at = program.find(payload[:64])
+    assert at > 0
+    data = bytearray(program)
+    for i in range(at + 16, at + 32):
+        data[i] ^= 0xFF
+    return bytes(data)
+
+
+def test_executorch_load_failure_carries_openvinos_reason(mismatch_program: bytes) -> None:
+    from runtime.engine.executorch_engine import ExecuTorchEngine
+
+    data = _damaged(mismatch_program)
+    with pytest.raises(BundleError) as err:
+        ExecuTorchEngine(
+            _manifest(), data, parse_program(data)["forward"], device="CPU", bundle="b", program="p.pte",
+            requested_precision=None, cpus=[0],
+        )  # fmt: skip
+    text = str(err.value)
+    assert "OpenVINO says: Exception from src/" in text and "deserialize" in text, text
+    assert "\n" not in text
+
+
+def test_openvino_engine_damaged_blob_is_called_damaged(mismatch_program: bytes) -> None:
+    import openvino as ov
+
+    from runtime.engine.openvino_engine import OpenVINOEngine
+
+    data = _damaged(mismatch_program)
+    version = ov.get_version().split("-")[0]
+    with pytest.raises(BundleError) as err:
+        OpenVINOEngine(
+            _manifest(), parse_program(data)["forward"], device="CPU", bundle="b", program="p.pte",
+            precision="f32", threads=1, cpus=[0], compiled_by=version,
+        )  # fmt: skip
+    text = str(err.value)
+    assert f"the blob is damaged (OpenVINO {version} compiled it, the same version as here)" in text, text
+    assert "lerobot-runtime lower b --device CPU" in text and "deserialize" in text
+    assert "\n" not in text
+
+
+def test_multi_line_messages_are_one_journal_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    from runtime.log import setup_logging
+
+    monkeypatch.setenv("JOURNAL_STREAM", "8:1234")
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    setup_logging("INFO")
+    try:
+        text = "Exception from a:\nCheck failed at b:\n\n[CPU] bad\n"
+        logging.getLogger("runtime.test").error("load failed: %s", text)
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("runtime.test").exception("with a traceback")
+    finally:
+        root = logging.getLogger()
+        for h in list(root.handlers):
+            if type(h).__name__ == "_StderrHandler":
+                root.removeHandler(h)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "<3>runtime.test: load failed: Exception from a: | Check failed at b: | [CPU] bad"
+    assert len(lines) == 2 and lines[1].startswith("<3>runtime.test: with a traceback | Traceback")
+    assert lines[1].endswith("ValueError: boom")
