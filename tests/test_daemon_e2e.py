@@ -105,5 +105,5 @@ def test_bad_config_value_names_the_key(demo_bundle: Path, short_dir: Path) -> N
     config = _config(short_dir, demo_bundle, '[arm]\nkind = "sim"\nretries = 99')
     proc = _serve(config, str(short_dir / "notify-unused"))
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 2
+    assert proc.returncode == 78  # EX_CONFIG: the unit's RestartPreventExitStatus=
     assert "arm: retries must be within 0..20, got 99" in out
