@@ -21,7 +21,7 @@ import zmq
 
 from runtime import __version__
 from runtime.engine.base import Engine
-from runtime.engine.validate import validate_inputs
+from runtime.engine.validate import check_finite, validate_inputs
 from runtime.errors import InputValidationError
 from runtime.liveness import Heartbeat
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
@@ -175,6 +175,15 @@ class PolicyServer:
         # off the inference CPUs too, or they wait behind inference and slow it down.
         for cpu in sorted(set(os.sched_getaffinity(0)) - set(self.engine.info.cpus)):
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
+        names = [s.name for s in self.engine.manifest.inputs]
+        for name in self.config.allow_non_finite:
+            if name not in names:
+                self.queue.close()
+                self._worker.join()
+                self._stop_context()
+                from runtime.errors import ConfigError
+
+                raise ConfigError(f"server.allow_non_finite: {name!r} is not an input of this policy ({names})")
         self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(self.engine)
         self.info = policy_info(self.engine, self.max_message_bytes, self.config.queue_depth)
         self._hello_body = self.info.to_wire()
@@ -447,6 +456,7 @@ class PolicyServer:
             return
         try:
             inputs = validate_inputs(self.engine.manifest.inputs, request.observation)
+            check_finite(self.engine.manifest.inputs, inputs, self.config.allow_non_finite)
         except InputValidationError as e:  # answered bad_input by _handle; nothing is queued
             raise BadInputError(str(e), field=e.field, expected=e.expected, received=e.received) from None
         job = Job(index, envelope, request.id, inputs, received_at)
