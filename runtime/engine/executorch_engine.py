@@ -57,7 +57,7 @@ class ExecuTorchEngine(Engine):
     def __init__(
         self,
         manifest: Manifest,
-        source: bytes | Path,
+        source: bytes | memoryview | Path,
         method: MethodInfo,
         *,
         device: str,

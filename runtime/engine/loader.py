@@ -111,7 +111,9 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
 
         engine = ExecuTorchEngine(
             manifest,
-            path / entry.file,  # ExecuTorch reads the file itself; its sha256 was checked above
+            # the verified bytes (ExecuTorch takes bytes only): reading the file itself, it would see
+            # later changes to it
+            bytes(data),
             method,
             device=device,
             bundle=str(path),
@@ -119,7 +121,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             requested_precision=precision,
             cpus=cpus,
         )
-    # the mapping stays only as long as an engine needs it (the openvino engine holds its blob)
+    # the buffer stays only as long as an engine needs it (the openvino engine holds its blob)
     del data, method
     t1 = time.perf_counter()
     info = engine.info
