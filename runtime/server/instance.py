@@ -28,6 +28,24 @@ def _holder(path: Path) -> str:
     return text if text.isdigit() else "unknown"
 
 
+def lock_holder(path: Path) -> int | None:
+    """The PID of the live server holding ``path``, or None when nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(path)
+        return int(holder) if holder.isdigit() else None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None  # we could lock it: nobody serves there
+    finally:
+        os.close(fd)
+
+
 class InstanceLock:
     """Locks for the ipc endpoints of one server; ``release()`` (or process exit) frees them."""
 
