@@ -7,8 +7,10 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runtime.config import DaemonConfig
+if TYPE_CHECKING:  # the command line imports this module for --help: no zmq there
+    from runtime.config import DaemonConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 def _install(args: argparse.Namespace) -> int:
     from runtime.bundle.install import install_bundle
-    from runtime.config import load_config
+    from runtime.config import DaemonConfig, load_config
 
     config = load_config(args.config) if args.config else DaemonConfig()
     done = install_bundle(args.src, args.dir, link=args.link, engine=config.engine)
