@@ -47,6 +47,12 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+# Libraries that warn at import about what this project does not use (torchao's CUDA kernels and
+# triton, torch's pytree registrations): noise to a user, so below DEBUG only their errors show.
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+QUIET_WARNINGS = r"(torch|torchao|executorch|nncf|copyreg)(\.|$)"
+
+
 def setup_logging(level: str | int = "INFO") -> None:
     """Configure the root logger for a CLI or daemon process.
 
@@ -64,3 +70,11 @@ def setup_logging(level: str | int = "INFO") -> None:
             root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level if isinstance(level, int) else level.upper())
+    quiet = root.getEffectiveLevel() > logging.DEBUG
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.NOTSET)
+    if quiet:
+        import warnings
+
+        for category in (DeprecationWarning, FutureWarning, UserWarning):
+            warnings.filterwarnings("ignore", category=category, module=QUIET_WARNINGS)

@@ -57,6 +57,7 @@ POLL_MS = 50  # how often the I/O thread looks at the stop flag when idle
 BATCH = 64  # messages taken from one socket before looking at the others
 RCVHWM = 16  # per-client inbound messages buffered before TCP pushes back on the client
 HEADER_SLACK = 64 * 1024
+IPC_SOCKET_MODE = 0o660  # srw-rw----: the service's group (operators, the control loop) may connect
 
 
 def auto_max_message_bytes(engine: Engine) -> int:
@@ -228,6 +229,10 @@ class PolicyServer:
             else:
                 sock.bind(endpoint)
                 bound = endpoint
+                if endpoint.startswith("ipc://") and not endpoint.startswith("ipc://@"):
+                    # connecting takes write permission: the owner's group may, others may not,
+                    # whatever the umask the socket was made with
+                    os.chmod(endpoint[len("ipc://") :], IPC_SOCKET_MODE)
         except zmq.ZMQError as e:
             sock.close(0)
             from runtime.errors import ConfigError, InstanceRunningError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,3 +48,15 @@ def test_busy_tcp_port_names_the_listener(engine: Engine) -> None:
             server.start()
     finally:
         holder.close()
+
+
+def test_ipc_socket_lets_the_group_connect(make_server: Callable[..., PolicyServer], short_tmp: Path) -> None:
+    old = os.umask(0o022)  # the usual default: without a chmod the socket would be srwxr-xr-x
+    try:
+        server = make_server(endpoints=("ipc://policy.sock",))
+    finally:
+        os.umask(old)
+    mode = (short_tmp / "policy.sock").stat().st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o660, oct(mode)
+    assert server.bound_endpoints
