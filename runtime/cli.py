@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "runtime.commands.serve",  # serve, keys, bench serve
     "runtime.commands.control",  # control, camera, replay, bench loop
     "runtime.commands.bundle",  # bundle install
+    "runtime.commands.status",  # status
     "drivers.cli",  # motors scan/read, bench bus
 )
 

@@ -7,9 +7,11 @@ therefore governs the ExecuTorch path too, which cannot pass INFERENCE_NUM_THREA
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from runtime.errors import ConfigError
 
@@ -64,3 +66,20 @@ def thread_cpu_time(tid: int) -> int | None:
         return None
     fields = stat[stat.rindex(b")") + 2 :].split()
     return int(fields[14 - 3]) + int(fields[15 - 3])
+def _libc_sched_getcpu() -> Callable[[], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return fn
+
+
+_sched_getcpu = _libc_sched_getcpu()
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread runs on right now (-1 if unknown): where inference really ran,
+    which with OpenVINO's CPU pinning is not what the affinity mask says."""
+    return int(_sched_getcpu()) if _sched_getcpu is not None else -1

@@ -566,4 +566,7 @@ def stats_from_reply(reply: Reply) -> StatsSnapshot:
         in_flight=int(_need(queue, "in_flight", int, "body.queue")),
         latency_ms=latency,
         arm=_arm(b),
+        clients=int(b.get("clients", 0)),
+        inference_cpus={int(k): int(v) for k, v in dict(b.get("inference_cpus") or {}).items()},
+        engine=dict(b.get("engine") or {}),
     )

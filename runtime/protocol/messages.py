@@ -193,6 +193,9 @@ class StatsSnapshot:
     in_flight: int
     latency_ms: Mapping[str, Percentiles] = field(default_factory=dict)  # queue, infer, total
     arm: Mapping[str, Any] | None = None  # as in PolicyInfo.arm
+    clients: int = 0  # distinct clients heard from in the last minute
+    inference_cpus: Mapping[int, int] = field(default_factory=dict)  # CPU -> inferences that ran there
+    engine: Mapping[str, Any] = field(default_factory=dict)  # EngineInfo.to_json() of the serving engine
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -208,4 +211,7 @@ class StatsSnapshot:
             },
             "latency_ms": {k: v.to_wire() for k, v in self.latency_ms.items()},
             "arm": None if self.arm is None else dict(self.arm),
+            "clients": self.clients,
+            "inference_cpus": {str(k): v for k, v in self.inference_cpus.items()},
+            "engine": dict(self.engine),
         }

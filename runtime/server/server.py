@@ -57,6 +57,8 @@ POLL_MS = 50  # how often the I/O thread looks at the stop flag when idle
 BATCH = 64  # messages taken from one socket before looking at the others
 RCVHWM = 16  # per-client inbound messages buffered before TCP pushes back on the client
 HEADER_SLACK = 64 * 1024
+CLIENT_WINDOW_S = 60.0  # a client counts as connected this long after its last request
+MAX_TRACKED_CLIENTS = 1024  # past this, clients not heard from within the window are forgotten
 IPC_SOCKET_MODE = 0o660  # srw-rw----: the service's group (operators, the control loop) may connect
 
 
@@ -136,6 +138,7 @@ class PolicyServer:
         #: set by the daemon when it runs the control loop; None answers control.* with no_control
         self.control: ControlHandler | None = None
         self._instance: InstanceLock | None = None
+        self._clients: dict[bytes, float] = {}  # routing id -> last heard (I/O thread writes)
         # set by the daemon once it holds an arm: health, e-stop and temperatures for hello and stats
         self.arm_status: Callable[[], Mapping[str, Any]] | None = None
 
@@ -325,8 +328,15 @@ class PolicyServer:
     def snapshot(self) -> StatsSnapshot:
         in_flight = self._worker.in_flight if self._worker is not None else 0
         snap = self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
-        if self.arm_status is not None:
-            snap = dataclasses.replace(snap, arm=dict(self.arm_status()))
+        now = time.monotonic()
+        heard = list(self._clients.values())  # one C-level copy: safe against the I/O thread's writes
+        snap = dataclasses.replace(
+            snap,
+            arm=dict(self.arm_status()) if self.arm_status is not None else None,
+            clients=sum(1 for t in heard if now - t <= CLIENT_WINDOW_S),
+            inference_cpus=dict(self._worker.cpu_samples) if self._worker is not None else {},
+            engine=self.engine.info.to_json() if self._started else {},
+        )
         return snap
 
     # --- I/O thread --------------------------------------------------------------------------
@@ -403,10 +413,16 @@ class PolicyServer:
             except zmq.Again:
                 return
             received_at = time.monotonic()
+            self._heard(frames[0].bytes, received_at)
             # REQ clients put an empty delimiter after the routing id; a header is never empty.
             cut = 2 if len(frames) > 1 and len(frames[1]) == 0 else 1
             envelope = [f.bytes for f in frames[:cut]]
             self._handle(index, sock, envelope, [f.buffer for f in frames[cut:]], received_at)
+
+    def _heard(self, client: bytes, now: float) -> None:
+        self._clients[client] = now
+        if len(self._clients) > MAX_TRACKED_CLIENTS:
+            self._clients = {c: t for c, t in self._clients.items() if now - t <= CLIENT_WINDOW_S}
 
     def _handle(
         self, index: int, sock: Any, envelope: list[bytes], payload: list[memoryview], received_at: float

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from runtime.engine.affinity import current_cpu
 from runtime.engine.base import Engine
 from runtime.errors import InferenceError
 from runtime.liveness import Heartbeat
@@ -50,6 +52,8 @@ class InferenceWorker(threading.Thread):
         self._reply_endpoint = reply_endpoint
         self._action_output = ""
         self.in_flight = 0
+        # CPU -> inferences that ended there: where inference really runs (the status command, metrics)
+        self.cpu_samples: Counter[int] = Counter()
         self._loaded = threading.Event()
         self._go = threading.Event()
         self._load_error: BaseException | None = None
@@ -144,6 +148,7 @@ class InferenceWorker(threading.Thread):
         except Exception as e:
             log.exception("inference on request %d failed", job.request_id)
             return self._error(job, started, "internal", f"{type(e).__name__}: {e}", None)
+        self.cpu_samples[current_cpu()] += 1
         done = time.monotonic()
         timing = Timing(queue_ms, (done - started) * 1e3, (done - job.received_at) * 1e3)
         self.stats.infer_done(timing.queue_ms, timing.infer_ms, timing.total_ms)
