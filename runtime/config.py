@@ -1,5 +1,5 @@
-"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``
-and ``[daemon]``.
+"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``,
+``[daemon]`` and ``[metrics]``.
 
 ``configs/default.toml`` spells out every key with its default; no file means those defaults.
 """
@@ -14,6 +14,7 @@ from runtime.configtools import from_mapping, load_toml
 from runtime.control.config import ControlConfig
 from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError
+from runtime.metrics import MetricsConfig
 from runtime.server.config import ServerConfig
 
 
@@ -67,6 +68,7 @@ class DaemonConfig:
     arm: ArmConfig = field(default_factory=ArmConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 def load_config(path: str | Path | None = None) -> DaemonConfig:

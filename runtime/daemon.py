@@ -29,6 +29,7 @@ from runtime.control.streams import ObservationStreams
 from runtime.engine.base import Engine
 from runtime.errors import LerobotRuntimeError
 from runtime.liveness import Heartbeat, LivenessRegistry
+from runtime.metrics import MetricsServer, RuntimeCollector
 from runtime.reload import bundle_identity, plan_reload
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
@@ -67,9 +68,11 @@ class Daemon:
         self.liveness = LivenessRegistry()
         self._heartbeat: Heartbeat | None = None
         self._stalled = False
+        self._stalled_now: tuple[str, ...] = ()
         self.reload_requested = False
         self._reloading: threading.Thread | None = None
         self._bundle_id = ""
+        self.metrics: MetricsServer | None = None
         self._last_watchdog = 0.0
         self._last_stats = 0.0
         self._last_arm_poll = 0.0
@@ -143,6 +146,11 @@ class Daemon:
             server.arm_status = self.arm.status
             if self.config.control.enabled:
                 self._start_control(server)
+        if self.config.metrics.port:
+            self.metrics = MetricsServer(
+                self.config.metrics,
+                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names),
+            )
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:
             arm += f", control loop at {self.loop.rate_hz:g} Hz (idle until control start)"
@@ -205,6 +213,7 @@ class Daemon:
             )
         self._stalled = bool(stalls)
         alive = self._alive(now)  # the control loop's own deadline check (logs a stall once)
+        self._stalled_now = tuple(s.name for s in stalls)
         interval = self.notifier.watchdog_interval_s
         # No ping while a worker is stuck: systemd's WatchdogSec then restarts the service.
         if interval is not None and not stalls and alive and now - self._last_watchdog >= interval:
@@ -272,6 +281,9 @@ class Daemon:
             log.error("flight recorder: could not write (%s): %s", reason, e)
             return
         log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
+
+    def _stalled_names(self) -> list[str]:
+        return list(self._stalled_now)  # as of the last tick: checking here would log from another thread
 
     def _arm_changed(self, arm: ArmMonitor) -> None:
         # systemd's STATUS= hears it at once, not at the next stats line
@@ -360,6 +372,9 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        metrics, self.metrics = self.metrics, None
+        if metrics is not None:
+            metrics.close()
         server, self.server = self.server, None
         try:
             self._stop_server(server)

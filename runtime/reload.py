@@ -17,7 +17,7 @@ from typing import Any
 
 from runtime.config import DaemonConfig
 
-RESTART_SECTIONS = ("server", "arm")
+RESTART_SECTIONS = ("server", "arm", "metrics")
 
 
 def changed_keys(old: Any, new: Any, prefix: str) -> list[str]:

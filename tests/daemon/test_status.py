@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,20 +15,38 @@ from runtime.cli import main
 from runtime.client import PolicyClient
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.daemon import Daemon
+from runtime.metrics import MetricsConfig
 from runtime.sdnotify import SystemdNotifier
 from runtime.server import ServerConfig
 from runtime.server.synthetic import DEMO, SyntheticEngine, example_observation
 from tests.daemon.conftest import NotifyListener, run_in_thread
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _samples(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def test_status_reports_what_the_daemon_runs(
     notify_listener: NotifyListener, short_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     endpoint = f"ipc://{short_tmp}/policy.sock"
+    port = _free_port()
     config = DaemonConfig(
         server=ServerConfig(endpoints=(endpoint,)),
         arm=ArmConfig(kind="sim"),
         daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0),
+        metrics=MetricsConfig(port=port),
     )
     daemon = Daemon(
         config, engine_factory=lambda: SyntheticEngine(DEMO), notifier=SystemdNotifier(notify_listener.path)
@@ -51,6 +71,17 @@ def test_status_reports_what_the_daemon_runs(
         assert main(["status", "--endpoint", endpoint]) == 0
         text = capsys.readouterr().out
         assert "inference ran on CPU" in text and "e-stop released" in text and "latency    infer" in text
+
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        metrics = _samples(scraped)
+        assert metrics['lerobot_runtime_requests_total{kind="infer"}'] == 5
+        assert metrics['lerobot_runtime_latency_milliseconds{quantile="0.5",stage="infer"}'] > 0
+        assert sum(v for k, v in metrics.items() if k.startswith("lerobot_runtime_inference_cpu_total")) == 5
+        assert metrics["lerobot_runtime_arm_healthy"] == 1 and metrics["lerobot_runtime_arm_estop"] == 0
+        assert metrics['lerobot_runtime_arm_temperature_celsius{joint="gripper"}'] > 0
+        assert metrics["lerobot_runtime_queue_capacity"] == 4
+        assert metrics["lerobot_runtime_clients"] == 3  # the infer client and the two status calls
+        assert any(k.startswith("lerobot_runtime_policy_info{") and 'device="CPU"' in k for k in metrics)
     finally:
         daemon.should_exit = True
         thread.join(30)
