@@ -238,6 +238,8 @@ class Daemon:
                 # Mode changes and e-stops reach `systemctl status` at once, not at the next stats line.
                 self._control_state = state
                 self.notifier.status(self._control_line(loop))
+                if self.arm is not None:  # and clients' hello/stats (the arm's status carries the e-stop)
+                    self.arm.set_estop(bool(loop.estop_reason), loop.estop_reason or "")
 
     @staticmethod
     def _control_line(loop: ControlLoop) -> str:

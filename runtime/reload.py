@@ -4,7 +4,8 @@ Safe to apply in place: the ``[daemon]`` timings, and the policy itself (``[engi
 whose manifest changed on disk, as ``lerobot-runtime bundle install`` leaves it): a new engine is
 loaded beside the running one and takes over only once its parity gate passed. Not safe: the
 endpoints and keys clients connect with (``[server]``) and the arm's port and calibration (``[arm]``),
-which would drop clients or the arm mid-motion; those are named as needing a restart.
+and the control loop (``[control]``), which would drop clients or the arm mid-motion; those are named
+as needing a restart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from runtime.config import DaemonConfig
 
-RESTART_SECTIONS = ("server", "arm", "metrics")
+RESTART_SECTIONS = ("server", "arm", "control", "metrics")
 
 
 def changed_keys(old: Any, new: Any, prefix: str) -> list[str]:

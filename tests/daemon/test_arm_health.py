@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from drivers.calibration import load_calibration
 from drivers.config import ArmConfig
-from drivers.sim.arm import SimArm
 from runtime.client import PolicyClient
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.daemon import Daemon
-from runtime.paths import configs_dir
 from runtime.sdnotify import SystemdNotifier
 from runtime.server import ServerConfig
 from runtime.server.synthetic import DEMO, SyntheticEngine
 from tests.daemon.conftest import NotifyListener, run_in_thread
 
 
-@pytest.fixture
-def sim_arm() -> Iterator[SimArm]:
-    arm = SimArm.start(load_calibration(configs_dir() / "calibration" / "so101_sim.toml"))
-    yield arm
-    arm.close()
-
-
-def test_arm_fault_and_estop_are_visible_at_once(
-    sim_arm: SimArm, notify_listener: NotifyListener, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the daemon opens "the arm" through open_arm; hand it this simulator so the test can pull its plug
-    monkeypatch.setattr("runtime.arm_monitor.open_arm", lambda config: sim_arm.bus)
+def test_arm_fault_and_estop_are_visible_at_once(notify_listener: NotifyListener, short_tmp: Path) -> None:
     config = DaemonConfig(
         server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
         arm=ArmConfig(kind="sim"),
@@ -44,6 +27,8 @@ def test_arm_fault_and_estop_are_visible_at_once(
     thread, _ = run_in_thread(daemon.run)
     try:
         notify_listener.wait_for("READY=1")
+        assert daemon.arm is not None and daemon.arm.sim is not None
+        sim_arm = daemon.arm.sim  # the simulated arm the daemon started: the test pulls its plug
         with PolicyClient(f"ipc://{short_tmp}/policy.sock", timeout_s=10) as client:
             arm = client.hello().arm
             assert arm is not None and arm["healthy"] is True and arm["estop"] is False

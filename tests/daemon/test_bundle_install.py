@@ -41,7 +41,8 @@ def test_install_then_reload_switches_after_the_parity_gate(
     bundles = tmp_path / "bundles"
     assert main(["bundle", "install", str(demo_bundle), "--dir", str(bundles)]) == 0
     current = bundles / "current"
-    assert current.is_symlink() and read_manifest(current).policy_name == "demo_act"
+    name = read_manifest(demo_bundle).policy_name
+    assert current.is_symlink() and read_manifest(current).policy_name == name
     config = write_config(
         short_tmp / "c.toml",
         f'[engine]\nbundle = "{current}"\n[server]\nendpoints = ["ipc://{short_tmp}/p.sock"]\n'
@@ -50,8 +51,8 @@ def test_install_then_reload_switches_after_the_parity_gate(
     serve = ServeProcess(config)
     case = Bundle.open(demo_bundle).test_case()
     try:
-        serve.wait_line("ready: serving demo_act")
-        v2 = _variant(demo_bundle, tmp_path, "demo_act_v2")
+        serve.wait_line(f"ready: serving {name}")
+        v2 = _variant(demo_bundle, tmp_path, f"{name}_v2")
         capsys.readouterr()
         assert main(["bundle", "install", str(v2), "--dir", str(bundles), "--config", str(config), "--reload"]) == 0
         assert f"(PID {serve.proc.pid})" in capsys.readouterr().out
@@ -60,13 +61,13 @@ def test_install_then_reload_switches_after_the_parity_gate(
             "reload: serving"
         )
         with PolicyClient(f"ipc://{short_tmp}/p.sock", timeout_s=10) as client:
-            assert client.hello().policy_name == "demo_act_v2"
+            assert client.hello().policy_name == f"{name}_v2"
             np.testing.assert_allclose(client.infer(case.inputs).actions, case.outputs["action"], atol=2e-5)
 
-        bad = _variant(demo_bundle, tmp_path, "demo_act_bad", break_parity=True)
+        bad = _variant(demo_bundle, tmp_path, f"{name}_bad", break_parity=True)
         assert main(["bundle", "install", str(bad), "--dir", str(bundles)]) == 65  # EX_DATAERR
-        assert read_manifest(current).policy_name == "demo_act_v2"  # the switch never happened
-        assert not [p for p in bundles.iterdir() if p.name.startswith((".incoming", "demo_act_bad"))]
+        assert read_manifest(current).policy_name == f"{name}_v2"  # the switch never happened
+        assert not [p for p in bundles.iterdir() if p.name.startswith((".incoming", f"{name}_bad"))]
         serve.proc.send_signal(signal.SIGTERM)
         assert serve.wait() == 0, serve.output
     finally:
