@@ -1,12 +1,21 @@
 # Two commands on a fresh machine:
 #   make demo   - install into .venv, build the demo bundle, run the daemon on a simulated SO-101 arm
 #   make test   - install into .venv, run the test suite
+# and one on the robot (as root; see docs/deployment.md):
+#   make install - the service's venv in /opt/lerobot-runtime, its config, unit, sysusers and udev files
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench install clean
+# make install: ROOT stages everything under another root (for packaging; the venv then
+# only runs from there); EXTRAS adds optional parts (e.g. EXTRAS=executorch); PIP_FLAGS goes to pip.
+ROOT      ?=
+OPT       := $(ROOT)/opt/lerobot-runtime
+EXTRAS    ?=
+PIP_FLAGS ?=
+
+.PHONY: demo test lint bench venv install install-verify clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +23,7 @@ $(STAMP): pyproject.toml
 	PIP_NO_CACHE_DIR=1 $(BIN)/pip install --quiet -e '.[export,dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+venv: $(STAMP)
 
 # The daemon with the demo bundle and the simulated arm, fed by a synthetic camera; from another
 # terminal, `.venv/bin/lerobot-runtime control start` makes the arm move.
@@ -34,6 +43,30 @@ bench: $(STAMP)
 	$(BIN)/lerobot-runtime bench serve
 	$(BIN)/lerobot-runtime bench bus
 	$(BIN)/lerobot-runtime bench loop
+install:
+	$(PYTHON) -m venv $(OPT)/.venv
+	PIP_NO_CACHE_DIR=1 $(OPT)/.venv/bin/pip install --quiet $(PIP_FLAGS) '.$(if $(EXTRAS),[$(EXTRAS)])'
+	install -D -m 0644 systemd/lerobot-runtime.service $(ROOT)/etc/systemd/system/lerobot-runtime.service
+	install -D -m 0644 systemd/sysusers.d/lerobot-runtime.conf $(ROOT)/usr/lib/sysusers.d/lerobot-runtime.conf
+	install -D -m 0644 systemd/udev/60-lerobot-runtime.rules $(ROOT)/etc/udev/rules.d/60-lerobot-runtime.rules
+	install -d -m 0755 $(ROOT)/etc/lerobot-runtime
+	# an existing config is the operator's: never overwritten
+	test -e $(ROOT)/etc/lerobot-runtime/config.toml || \
+		install -m 0644 configs/robot.toml $(ROOT)/etc/lerobot-runtime/config.toml
+	systemd-sysusers $(if $(ROOT),--root=$(ROOT)) $(ROOT)/usr/lib/sysusers.d/lerobot-runtime.conf
+	# the running system only (not a staged ROOT): pick up the new rule and unit
+	if [ -z "$(ROOT)" ]; then udevadm control --reload && udevadm trigger --subsystem-match=tty || \
+		echo "udev is not running here: the rule applies from the next boot"; fi
+	if [ -z "$(ROOT)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# What a container allows of checking a robot install (run after `make install`, as root).
+UNIT ?= $(ROOT)/etc/systemd/system/lerobot-runtime.service
+install-verify:
+	id lerobot
+	id -nG lerobot | grep -qw dialout
+	$(OPT)/.venv/bin/lerobot-runtime --version
+	systemd-analyze verify $(UNIT)
+	systemd-analyze security --offline=yes --threshold=30 $(UNIT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,5 @@
-"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``
-and ``[daemon]``.
+"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``,
+``[daemon]`` and ``[metrics]``.
 
 ``configs/default.toml`` spells out every key with its default; no file means those defaults.
 """
@@ -14,6 +14,7 @@ from runtime.configtools import from_mapping, load_toml
 from runtime.control.config import ControlConfig
 from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError
+from runtime.metrics import MetricsConfig
 from runtime.server.config import ServerConfig
 
 
@@ -21,6 +22,9 @@ from runtime.server.config import ServerConfig
 class DaemonSettings:
     """``tick_s``: main loop period (watchdog, stats log); ``graceful_timeout_s``: how long queued
     infers may finish at shutdown; ``stats_log_interval_s``: one stats log line this often (0: never).
+    ``inference_stall_s``: one inference (or the idle worker) may go this long without progress
+    before the systemd watchdog ping is withheld. ``arm_wait_s``: how long start-up waits for an
+    absent or silent arm (a late USB adapter, arm power) before giving up; 0: do not wait.
     """
 
     tick_s: float = 0.1
@@ -28,6 +32,8 @@ class DaemonSettings:
     stats_log_interval_s: float = 60.0
     arm_poll_s: float = 1.0
     state_dir: str = ""
+    inference_stall_s: float = 5.0
+    arm_wait_s: float = 120.0
 
     def state_path(self) -> Path:
         """Where flight recordings go: ``state_dir``, else systemd's $STATE_DIRECTORY, else ~/.local/state."""
@@ -47,6 +53,10 @@ class DaemonSettings:
             raise ConfigError(f"daemon.graceful_timeout_s: expected >= 0, got {self.graceful_timeout_s}")
         if not self.arm_poll_s > 0:
             raise ConfigError(f"daemon.arm_poll_s: expected a period > 0 seconds, got {self.arm_poll_s}")
+        if not self.inference_stall_s > 0:
+            raise ConfigError(f"daemon.inference_stall_s: expected seconds > 0, got {self.inference_stall_s}")
+        if self.arm_wait_s < 0:
+            raise ConfigError(f"daemon.arm_wait_s: expected seconds >= 0, got {self.arm_wait_s}")
         if self.stats_log_interval_s < 0:
             raise ConfigError(f"daemon.stats_log_interval_s: expected >= 0, got {self.stats_log_interval_s}")
 
@@ -58,6 +68,7 @@ class DaemonConfig:
     arm: ArmConfig = field(default_factory=ArmConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 def load_config(path: str | Path | None = None) -> DaemonConfig:

@@ -4,7 +4,8 @@ Shaped like uvicorn's ``Server``: signal handlers only set flags; the main threa
 ``daemon.tick_s`` and does periodic work in :meth:`Daemon.on_tick` (systemd watchdog, stats log
 line); the first SIGINT/SIGTERM asks for a graceful stop (queued infers may finish within
 ``daemon.graceful_timeout_s``), a second SIGINT forces it. systemd hears READY=1 only once the
-engine is loaded, its parity gate passed and every socket is bound.
+engine is loaded, its parity gate passed and every socket is bound. SIGHUP reloads what can be
+reloaded in place (see :mod:`runtime.reload`) and logs what needs a restart.
 """
 
 from __future__ import annotations
@@ -15,23 +16,29 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from runtime.arm_monitor import ArmMonitor
-from runtime.config import DaemonConfig
+from runtime.config import DaemonConfig, load_config
 from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.engine.affinity import inference_cpus, process_on
 from runtime.engine.base import Engine
+from runtime.errors import LerobotRuntimeError
+from runtime.liveness import Heartbeat, LivenessRegistry
+from runtime.metrics import MetricsServer, RuntimeCollector
+from runtime.reload import bundle_identity, plan_reload
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
 from runtime.server.stats import stats_line
 
 log = logging.getLogger(__name__)
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 AUTO_DUMP_SPACING_S = 5.0  # a fault storm writes one recording, not hundreds
 ESTOP_SIGNAL = signal.SIGUSR1  # `systemctl kill -s USR1 lerobot-runtime`: latch the e-stop
 
@@ -42,8 +49,11 @@ class Daemon:
         config: DaemonConfig,
         engine_factory: Callable[[], Engine] | None = None,
         notifier: SystemdNotifier | None = None,
+        config_path: str | Path | None = None,
     ) -> None:
+        """``config_path``: the file ``config`` came from, read again on SIGHUP (None: the defaults)."""
         self.config = config
+        self.config_path = config_path
         self.engine_factory = engine_factory if engine_factory is not None else self._load_engine
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.server: PolicyServer | None = None
@@ -56,6 +66,14 @@ class Daemon:
         self.should_exit = False
         self.force_exit = False
         self.failed = False
+        self.liveness = LivenessRegistry()
+        self._heartbeat: Heartbeat | None = None
+        self._stalled = False
+        self._stalled_now: tuple[str, ...] = ()
+        self.reload_requested = False
+        self._reloading: threading.Thread | None = None
+        self._bundle_id = ""
+        self.metrics: MetricsServer | None = None
         self._last_watchdog = 0.0
         self._last_stats = 0.0
         self._last_arm_poll = 0.0
@@ -82,7 +100,9 @@ class Daemon:
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Only flags: the main loop does the work on its next tick.
-        if self.should_exit and sig == signal.SIGINT:
+        if sig == signal.SIGHUP:
+            self.reload_requested = True
+        elif self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         else:
             self.should_exit = True
@@ -97,7 +117,11 @@ class Daemon:
     def run(self) -> int:
         self.install_signal_handlers()
         try:
-            self.startup()
+            try:
+                self.startup()
+            except InterruptedError as e:  # SIGTERM while waiting for the arm: a clean stop
+                log.info("%s", e)
+                return 0
             self.main_loop()
         finally:
             self.shutdown()
@@ -106,23 +130,34 @@ class Daemon:
 
     def startup(self) -> None:
         self.notifier.status("loading the policy")
-        server = PolicyServer(self.engine_factory, self.config.server)
+        self._bundle_id = bundle_identity(self.config.engine.bundle)
+        self._heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
+        server = PolicyServer(self.engine_factory, self.config.server, heartbeat=self._heartbeat)
         engine_cfg = self.config.engine
         with process_on(inference_cpus(engine_cfg.cpus, engine_cfg.control_cpu)):
             server.start()  # loads on the worker thread, raises on a failed parity gate or bind
         self.server = server
         if self.config.arm.kind != "none":
             self.notifier.status("connecting the arm")
-            self.arm = ArmMonitor(self.config.arm)
-            self.arm.open()
+            self.arm = ArmMonitor(self.config.arm, on_change=self._arm_changed)
+            # READY=1 only once the arm answers: clients and systemd see a daemon that can act
+            self.arm.open_waiting(
+                self.config.daemon.arm_wait_s,
+                should_stop=lambda: self.should_exit,
+                on_wait=self.notifier.status,
+            )
+            server.arm_status = self.arm.status
             if self.config.control.enabled:
                 self._start_control(server)
-        info = server.info
-        where = ", ".join(server.bound_endpoints)
+        if self.config.metrics.port:
+            self.metrics = MetricsServer(
+                self.config.metrics,
+                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names),
+            )
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:
             arm += f", control loop at {self.loop.rate_hz:g} Hz (idle until control start)"
-        status = f"serving {info.policy_name} on {info.device}/{info.precision} at {where}{arm}"
+        status = self._serving_status() + arm
         now = time.monotonic()
         self._last_watchdog = self._last_stats = self._last_arm_poll = now
         self.notifier.ready(status)
@@ -171,8 +206,20 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        if self.reload_requested:
+            self.reload_requested = False
+            self.reload()
+        stalls = self.liveness.check(now)
+        if stalls and not self._stalled:
+            self.notifier.status(
+                "STALLED: " + "; ".join(f"{s.name} stuck {s.seconds:.0f} s while {s.doing}" for s in stalls)
+            )
+        self._stalled = bool(stalls)
+        alive = self._alive(now)  # the control loop's own deadline check (logs a stall once)
+        self._stalled_now = tuple(s.name for s in stalls)
         interval = self.notifier.watchdog_interval_s
-        if interval is not None and now - self._last_watchdog >= interval and self._alive(now):
+        # No ping while a worker is stuck: systemd's WatchdogSec then restarts the service.
+        if interval is not None and not stalls and alive and now - self._last_watchdog >= interval:
             self.notifier.watchdog()
             self._last_watchdog = now
         if self.arm is not None and now - self._last_arm_poll >= self.config.daemon.arm_poll_s:
@@ -183,7 +230,7 @@ class Daemon:
             self._last_stats = now
             line = stats_line(self.server.snapshot())
             if self.arm is not None:
-                line += f"; arm {'ok' if self.arm.healthy else 'FAILING: ' + self.arm.last_error}"
+                line += f"; {self.arm.describe()}"
             if loop is not None:
                 line += "; " + self._control_line(loop)
             log.info("stats: %s", line)
@@ -194,6 +241,8 @@ class Daemon:
                 # Mode changes and e-stops reach `systemctl status` at once, not at the next stats line.
                 self._control_state = state
                 self.notifier.status(self._control_line(loop))
+                if self.arm is not None:  # and clients' hello/stats (the arm's status carries the e-stop)
+                    self.arm.set_estop(bool(loop.estop_reason), loop.estop_reason or "")
 
     @staticmethod
     def _control_line(loop: ControlLoop) -> str:
@@ -238,6 +287,84 @@ class Daemon:
             return
         log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
 
+    def _stalled_names(self) -> list[str]:
+        return list(self._stalled_now)  # as of the last tick: checking here would log from another thread
+
+    def _arm_changed(self, arm: ArmMonitor) -> None:
+        # systemd's STATUS= hears it at once, not at the next stats line
+        if self.server is not None:
+            self.notifier.status(f"{arm.describe()}; {self._serving_status()}")
+
+    def _serving_status(self) -> str:
+        assert self.server is not None
+        info = self.server.info
+        where = ", ".join(self.server.bound_endpoints)
+        return f"serving {info.policy_name} on {info.device}/{info.precision} at {where}"
+
+    # --- reload (SIGHUP) -----------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Re-read the config: apply ``[daemon]``, load a changed policy beside the running one, and
+        name what needs a restart. A config that does not parse changes nothing."""
+        where = str(self.config_path) if self.config_path is not None else "the built-in defaults"
+        if self._reloading is not None and self._reloading.is_alive():
+            log.warning("reload (SIGHUP) ignored: the previous reload is still loading the policy")
+            return
+        try:
+            new = load_config(self.config_path)
+        except LerobotRuntimeError as e:
+            log.error("reload (SIGHUP) refused, still running the previous config: %s", e)
+            return
+        new_bundle_id = bundle_identity(new.engine.bundle)
+        plan = plan_reload(self.config, new, self._bundle_id, new_bundle_id)
+        log.info("reload (SIGHUP) from %s: %s", where, plan.describe())
+        if plan.daemon_keys:
+            self.config = replace(self.config, daemon=new.daemon)
+            if self._heartbeat is not None:
+                self._heartbeat.deadline_s = new.daemon.inference_stall_s
+        if plan.reload_engine and self.server is not None:
+            self.notifier.status(f"reloading the policy from {new.engine.bundle or 'the built-in bundle'}")
+            self._reloading = threading.Thread(
+                target=self._reload_engine, args=(new, new_bundle_id), name="lerobot-runtime-reload", daemon=True
+            )
+            self._reloading.start()
+
+    def _reload_engine(self, new: DaemonConfig, bundle_id: str) -> None:
+        server = self.server
+        if server is None:
+            return
+        old = server.engine.info
+        try:
+            engine = self._engine_for(new)  # loads, passes the parity gate and warms up on this thread
+        except Exception as e:
+            log.error("reload: the new policy was not loaded, still serving %s (%s): %s", old.bundle, old.program, e)
+            self.notifier.status(f"reload failed, still serving {old.bundle}: {e}")
+            return
+        try:
+            server.replace_engine(engine)
+        except LerobotRuntimeError as e:
+            engine.close()
+            log.error("reload: %s; still serving %s", e, old.bundle)
+            return
+        self.config = replace(self.config, engine=new.engine)
+        self._bundle_id = bundle_id
+        info = engine.info
+        log.info(
+            "reload: serving %s (%s) on %s/%s from the next request",
+            info.bundle,
+            info.program,
+            info.device,
+            info.precision,
+        )
+        self.notifier.status(f"serving {engine.manifest.policy_name} from {info.bundle} (reloaded)")
+
+    def _engine_for(self, config: DaemonConfig) -> Engine:
+        if self.engine_factory != self._load_engine:
+            return self.engine_factory()  # an injected factory (tests, embedding): it knows no config
+        from runtime.engine.loader import load_engine
+
+        return load_engine(config.engine)
+
     def shutdown(self) -> None:
         """STOPPING=1, stop the server (graceful unless forced), release the arm, log the final stats."""
         self.notifier.stopping("shutting down")
@@ -250,6 +377,9 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        metrics, self.metrics = self.metrics, None
+        if metrics is not None:
+            metrics.close()
         server, self.server = self.server, None
         try:
             self._stop_server(server)

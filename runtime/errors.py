@@ -59,5 +59,9 @@ class ExportError(LerobotRuntimeError, RuntimeError):
     """Exporting or lowering a policy failed."""
 
 
+class InstanceRunningError(LerobotRuntimeError, RuntimeError):
+    """Another daemon already serves one of the configured endpoints (names its PID)."""
+
+
 class MissingDependencyError(LerobotRuntimeError, ImportError):
     """An optional dependency is needed for this operation; the message says what to install."""

@@ -1,7 +1,9 @@
 """Logging set-up: one line per event, journald-friendly.
 
 Under systemd (``JOURNAL_STREAM`` set) the timestamp is left to journald and each line carries a
-``<N>`` syslog priority prefix, which journald turns into the entry's priority.
+``<N>`` syslog priority prefix, which journald turns into the entry's priority. journald makes one
+entry per line, so a multi-line message (OpenVINO's exception text, a traceback) is folded into one
+line there, its lines joined with `` | ``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ _SYSLOG_PRIORITY = {
 }
 
 
+def one_line(text: str) -> str:
+    """``text``'s non-blank lines, stripped and joined with `` | ``."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 class _JournalFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         priority = _SYSLOG_PRIORITY.get(record.levelno, 6)
-        return f"<{priority}>{super().format(record)}"
+        return f"<{priority}>{one_line(super().format(record))}"
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -38,6 +45,12 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _value: object) -> None:
         pass
+
+
+# Libraries that warn at import about what this project does not use (torchao's CUDA kernels and
+# triton, torch's pytree registrations): noise to a user, so below DEBUG only their errors show.
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+QUIET_WARNINGS = r"(torch|torchao|executorch|nncf|copyreg)(\.|$)"
 
 
 def setup_logging(level: str | int = "INFO") -> None:
@@ -57,3 +70,11 @@ def setup_logging(level: str | int = "INFO") -> None:
             root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level if isinstance(level, int) else level.upper())
+    quiet = root.getEffectiveLevel() > logging.DEBUG
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR if quiet else logging.NOTSET)
+    if quiet:
+        import warnings
+
+        for category in (DeprecationWarning, FutureWarning, UserWarning):
+            warnings.filterwarnings("ignore", category=category, module=QUIET_WARNINGS)

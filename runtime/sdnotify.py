@@ -18,6 +18,7 @@ class SystemdNotifier:
         self.address = address
         self.watchdog_usec = watchdog_usec
         self._sock: socket.socket | None = None
+        self._failing = False  # a failure is logged when it starts, not at every datagram
 
     @classmethod
     def from_env(cls) -> SystemdNotifier:
@@ -49,9 +50,14 @@ class SystemdNotifier:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             self._sock.sendto("\n".join(fields).encode(), target)
         except OSError as e:
-            log.warning("systemd notify to %s failed: %s", self.address, e)
+            if not self._failing:
+                self._failing = True
+                log.warning("systemd notify to %s failed: %s (not repeated until it works again)", self.address, e)
             self.close()  # a fresh socket next time, in case the listener comes back
             return False
+        if self._failing:
+            self._failing = False
+            log.info("systemd notify to %s works again", self.address)
         return True
 
     def ready(self, status: str = "") -> bool:

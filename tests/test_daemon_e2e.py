@@ -39,6 +39,7 @@ endpoints = ["ipc://{directory}/policy.sock"]
 tick_s = 0.05
 arm_poll_s = 0.1
 stats_log_interval_s = 0.3
+arm_wait_s = 1.0
 """
     )
     return path
@@ -96,7 +97,7 @@ def test_unreachable_arm_fails_startup_with_a_clear_error(demo_bundle: Path, sho
     proc = _serve(config, str(short_dir / "notify-unused"))
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0
-    assert f"{short_dir}/ttyACM9" in out
+    assert f"{short_dir}/ttyACM9" in out and "after waiting 1 s (daemon.arm_wait_s)" in out
     assert "READY" not in out
 
 
@@ -104,5 +105,5 @@ def test_bad_config_value_names_the_key(demo_bundle: Path, short_dir: Path) -> N
     config = _config(short_dir, demo_bundle, '[arm]\nkind = "sim"\nretries = 99')
     proc = _serve(config, str(short_dir / "notify-unused"))
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 2
+    assert proc.returncode == 78  # EX_CONFIG: the unit's RestartPreventExitStatus=
     assert "arm: retries must be within 0..20, got 99" in out

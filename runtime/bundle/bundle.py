@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,16 +101,19 @@ class Bundle:
         return data
 
     def map_program(self, device: str) -> memoryview:
-        """The program for ``device`` memory-mapped (no copy), verified against the manifest's sha256.
+        """The program for ``device`` in private memory, verified against the manifest's sha256.
 
-        The mapping is private and writable (copy-on-write): OpenVINO can import a blob straight out
-        of it, and nothing written through it reaches the file.
+        Read into a buffer of its own rather than memory-mapped: a mapping exposes the running engine
+        to the file changing under it (a rewrite in place serves garbage, a truncation is SIGBUS). The
+        buffer is writable, so OpenVINO imports the blob straight out of it without another copy.
         """
         entry = self.program(device)
         f = self.file(entry.file, f"programs.{device}.file")
         with f.open("rb") as fh:
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-        view = memoryview(mapped)
+            size = os.fstat(fh.fileno()).st_size
+            buffer = bytearray(size)
+            got = fh.readinto(buffer)
+        view = memoryview(buffer)[:got]
         self._verify(f, entry.sha256, f"programs.{device}.file", view)
         return view
 

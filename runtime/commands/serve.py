@@ -20,6 +20,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--out", required=True, metavar="DIR", help="folder to write NAME.key and NAME.key_secret"
     )
     keys.add_argument("--name", default="client", help="key file base name (default: client)")
+    keys.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing key pair (every client that trusted the old public key is locked out)",
+    )
     keys.set_defaults(func=_keys)
 
     b = bench.add_parser("serve", help="served round trip vs in-process inference vs bare ZeroMQ floor")
@@ -41,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
     from runtime.config import load_config
     from runtime.daemon import Daemon
 
-    return Daemon(load_config(args.config)).run()
+    return Daemon(load_config(args.config), config_path=args.config).run()
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -50,11 +55,23 @@ def _keys(args: argparse.Namespace) -> int:
 
     import zmq.auth
 
+    from runtime.errors import ConfigError
+
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    public, secret = zmq.auth.create_certificates(out, args.name)
-    os.chmod(secret, 0o600)
-    print(f"public key: {public}\nsecret key: {secret}")
+    public, secret = out / f"{args.name}.key", out / f"{args.name}.key_secret"
+    existing = [str(p) for p in (public, secret) if p.exists()]
+    if existing and not args.force:
+        raise ConfigError(
+            f"keys: {' and '.join(existing)} already exist; replacing a server's secret locks out every client "
+            "that trusts its public key. Choose another --name or --out, or pass --force"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True, mode=0o700)
+        public_file, secret_file = zmq.auth.create_certificates(out, args.name)
+        os.chmod(secret_file, 0o600)
+    except OSError as e:
+        raise ConfigError(f"keys: cannot write the key pair into --out {out}: {e.strerror or e}") from e
+    print(f"public key: {public_file}\nsecret key: {secret_file}")
     print("give the public .key file to the other side; keep the .key_secret file private")
     return 0
 

@@ -7,10 +7,11 @@ therefore governs the ExecuTorch path too, which cannot pass INFERENCE_NUM_THREA
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from runtime.errors import ConfigError
@@ -112,3 +113,22 @@ def thread_cpus_allowed(tid: int, pid: int | str = "self") -> set[int] | None:
     except OSError:
         return None
     return None
+
+
+def _libc_sched_getcpu() -> Callable[[], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return fn
+
+
+_sched_getcpu = _libc_sched_getcpu()
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread runs on right now (-1 if unknown): where inference really ran,
+    which with OpenVINO's CPU pinning is not what the affinity mask says."""
+    return int(_sched_getcpu()) if _sched_getcpu is not None else -1

@@ -19,11 +19,26 @@ from runtime.bundle.pte import MethodInfo
 from runtime.engine import ovlib
 from runtime.engine.base import Engine, EngineInfo
 from runtime.engine.openvino_engine import import_blob, ov_precision_name
+from runtime.engine.poison import poison, unwritten, unwritten_message
 from runtime.errors import BundleError, InferenceError, MissingDependencyError
+from runtime.log import one_line
 
 log = logging.getLogger(__name__)
 
 _DTYPE_TO_SCALAR = {"uint8": 0, "int8": 1, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "bool": 11}
+
+
+def _import_failure(ov: Any, method: MethodInfo, device: str) -> str | None:
+    """OpenVINO's reason for refusing the method's blob, found by importing it directly."""
+    blobs = [d for d in method.delegates if d.backend_id == "OpenvinoBackend"]
+    if not blobs:
+        return None
+    try:
+        compiled, blob = import_blob(ov.Core(), blobs[0].payload, device, {})
+    except RuntimeError as e:
+        return str(e)
+    del compiled, blob
+    return None
 
 
 def _import_runtime() -> tuple[Any, Any, Any]:
@@ -42,7 +57,7 @@ class ExecuTorchEngine(Engine):
     def __init__(
         self,
         manifest: Manifest,
-        source: bytes | Path,
+        source: bytes | memoryview | Path,
         method: MethodInfo,
         *,
         device: str,
@@ -65,13 +80,19 @@ class ExecuTorchEngine(Engine):
             self._program = rt.load_program(source, verification=Verification.Minimal)
             self._method = self._program.load_method("forward")
         except RuntimeError as e:
-            reason = ovlib.last_error_message()
+            # The backend frees its OpenVINO core right after a failed import, which clears the C
+            # API's message; importing the same blob directly reproduces the failure with its text.
+            reason = ovlib.last_error_message() or _import_failure(ov, method, device)
             raise BundleError(
                 f"{bundle}/{program}: ExecuTorch could not load method 'forward': {e}"
-                + (f"; OpenVINO says: {reason}" if reason else "")
+                + (f"; OpenVINO says: {one_line(reason)}" if reason else "")
             ) from e
         self._check_signature(manifest, self._method.metadata, f"{bundle}/{program}")
         self._output_names = [o.name for o in manifest.outputs]
+        # The public Method.execute returns copies, so its output buffers cannot be marked before a
+        # run; the native method underneath hands out views of them (clone_outputs=False).
+        self._native = self._method._method
+        self._output_views = [t.numpy() for t in self._native.get_outputs(clone_outputs=False)]
 
         precision, threads = self._read_back(ov, method, device)
         if requested_precision and requested_precision != precision:
@@ -131,26 +152,37 @@ class ExecuTorchEngine(Engine):
 
     def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         tensors = [self._torch.from_numpy(a) for a in arrays]  # zero-copy
+        for view in self._output_views:
+            poison(view)  # see runtime.engine.poison: no stale chunk served
         try:
-            outputs = self._method.execute(tensors)
+            outputs = self._native.call(tensors, clone_outputs=False)
         except RuntimeError as e:
             reason = ovlib.last_error_message()
             detail = f"OpenVINO says: {reason}" if reason else f"no OpenVINO message ({e})"
-            log.error(
-                "inference failed: bundle %s, program %s, device %s, method forward: %s; %s",
-                self.info.bundle,
-                self.info.program,
-                self.info.device,
-                e,
-                detail,
-            )
-            raise InferenceError(
-                f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): "
-                f"{e}; {detail}",
-                backend_reason=reason,
-            ) from e
-        return {name: t.numpy().copy() for name, t in zip(self._output_names, outputs, strict=True)}
+            raise self._failed(f"{e}; {detail}", reason) from e
+        result = {name: t.numpy().copy() for name, t in zip(self._output_names, outputs, strict=True)}
+        for name, value in result.items():
+            missing = unwritten(value)
+            if missing:
+                reason = ovlib.last_error_message() or unwritten_message(name, missing, value.size)
+                raise self._failed(f"OpenVINO says: {reason}", reason)
+        return result
+
+    def _failed(self, detail: str, reason: str | None) -> InferenceError:
+        log.error(
+            "inference failed: bundle %s, program %s, device %s, method forward: %s",
+            self.info.bundle,
+            self.info.program,
+            self.info.device,
+            detail,
+        )
+        return InferenceError(
+            f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {detail}",
+            backend_reason=reason,
+        )
 
     def close(self) -> None:
+        self._output_views = []
+        self._native = None
         self._method = None
         self._program = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,14 @@ class LoadReport:
             "parity": self.parity.to_json() if self.parity else None,
             "timing_ms": dict(self.timing_ms),
         }
+
+
+def effective_cache_dir(config: EngineConfig) -> str:
+    """``engine.cache_dir``, else systemd's ``$CACHE_DIRECTORY`` (the unit's CacheDirectory=), else none."""
+    if config.cache_dir:
+        return config.cache_dir
+    systemd_dirs = os.environ.get("CACHE_DIRECTORY", "")
+    return str(Path(systemd_dirs.split(":")[0]) / "openvino") if systemd_dirs else ""
 
 
 def resolve_bundle_path(config: EngineConfig) -> Path:
@@ -103,14 +112,17 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             precision=precision,
             threads=threads,
             cpus=cpus,
-            cache_dir=config.cache_dir,
+            cache_dir=effective_cache_dir(config),
+            compiled_by=entry.openvino_version,
         )
     else:
         from runtime.engine.executorch_engine import ExecuTorchEngine
 
         engine = ExecuTorchEngine(
             manifest,
-            path / entry.file,  # ExecuTorch reads the file itself; its sha256 was checked above
+            # the verified bytes (ExecuTorch takes bytes only): reading the file itself, it would see
+            # later changes to it
+            bytes(data),
             method,
             device=device,
             bundle=str(path),
@@ -118,7 +130,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             requested_precision=precision,
             cpus=cpus,
         )
-    # the mapping stays only as long as an engine needs it (the openvino engine holds its blob)
+    # the buffer stays only as long as an engine needs it (the openvino engine holds its blob)
     del data, method
     t1 = time.perf_counter()
     info = engine.info

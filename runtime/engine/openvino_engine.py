@@ -15,7 +15,9 @@ import numpy as np
 from runtime.bundle.manifest import Manifest
 from runtime.bundle.pte import OPENVINO_BACKEND_ID, MethodInfo
 from runtime.engine.base import Engine, EngineInfo
+from runtime.engine.poison import poison, unwritten, unwritten_message
 from runtime.errors import BundleError, InferenceError
+from runtime.log import one_line
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,9 @@ class OpenVINOEngine(Engine):
         threads: int,
         cpus: list[int],
         cache_dir: str = "",
+        compiled_by: str = "",
     ) -> None:
+        """``compiled_by``: the OpenVINO version the manifest says compiled the blob ("" if unknown)."""
         import openvino as ov
 
         refusal = direct_engine_refusal(method)
@@ -97,10 +101,21 @@ class OpenVINOEngine(Engine):
         try:
             compiled, self._blob = import_blob(core, method.delegates[0].payload, device, props)
         except RuntimeError as e:
+            installed = ov.get_version()
+            relower = f"lerobot-runtime lower {bundle} --device {device}"
+            if compiled_by and installed.split("-")[0] == compiled_by.split("-")[0]:
+                why = (
+                    f"the blob is damaged (OpenVINO {compiled_by} compiled it, the same version as here); "
+                    f"make it again from the bundle's portable program: {relower}"
+                )
+            else:
+                why = (
+                    "either the blob is damaged or another OpenVINO version compiled it (the manifest does "
+                    f"not say which); make it again here: {relower}"
+                )
             raise BundleError(
-                f"{bundle}/{program}: OpenVINO {ov.get_version()} could not import the {device} blob: {e}. "
-                "A blob only imports on the OpenVINO version that compiled it: re-lower the bundle "
-                f"(lerobot-runtime lower {bundle} --device {device})"
+                f"{bundle}/{program}: OpenVINO {installed} could not import the {device} blob: {why}. "
+                f"OpenVINO says: {one_line(str(e))}"
             ) from e
         self._check_signature(manifest, compiled, f"{bundle}/{program}")
         self._compiled = compiled
@@ -138,25 +153,34 @@ class OpenVINOEngine(Engine):
 
     def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         req = self._request
+        for i in range(len(self._output_names)):
+            poison(req.get_output_tensor(i).data)  # see runtime.engine.poison: no stale chunk served
         try:
             # share_inputs: OpenVINO reads the caller's buffers in place (no copy of a camera frame)
             results = req.infer(arrays, share_inputs=True)
         except RuntimeError as e:
-            reason = str(e).strip()
-            log.error(
-                "inference failed: bundle %s, program %s, device %s, method forward: %s",
-                self.info.bundle,
-                self.info.program,
-                self.info.device,
-                reason,
-            )
-            raise InferenceError(
-                f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {reason}",
-                backend_reason=reason,
-            ) from e
+            raise self._failed(str(e).strip()) from e
         # to_tuple keeps output order; copy so the next inference cannot overwrite a returned chunk
         values = results.to_tuple()
-        return {name: np.array(v, copy=True) for name, v in zip(self._output_names, values, strict=True)}
+        outputs = {name: np.array(v, copy=True) for name, v in zip(self._output_names, values, strict=True)}
+        for name, value in outputs.items():
+            missing = unwritten(value)
+            if missing:
+                raise self._failed(unwritten_message(name, missing, value.size))
+        return outputs
+
+    def _failed(self, reason: str) -> InferenceError:
+        log.error(
+            "inference failed: bundle %s, program %s, device %s, method forward: %s",
+            self.info.bundle,
+            self.info.program,
+            self.info.device,
+            reason,
+        )
+        return InferenceError(
+            f"inference failed (bundle {self.info.bundle}, device {self.info.device}, method forward): {reason}",
+            backend_reason=reason,
+        )
 
     def close(self) -> None:
         self._request = None

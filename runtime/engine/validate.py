@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -59,3 +60,32 @@ def validate_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, object]) -
             )
         out.append(np.ascontiguousarray(value))
     return out
+
+
+def check_finite(specs: Sequence[TensorSpec], arrays: Sequence[np.ndarray], allowed: Collection[str] = ()) -> None:
+    """Refuse NaN or infinity in floating inputs, except those named in ``allowed``.
+
+    A NaN in the joint state goes through the network into every action of the chunk; the policy
+    cannot be trusted with it, and the client should hear which input carried it.
+    """
+    for spec, a in zip(specs, arrays, strict=True):
+        if a.dtype.kind != "f" or spec.name in allowed or a.size == 0:
+            continue
+        # One float64 sum is cheaper than an elementwise test and finite exactly when every value
+        # is (float32/float16 values cannot overflow a float64 sum); float64 inputs may overflow it,
+        # so a non-finite sum is confirmed elementwise before refusing.
+        if math.isfinite(float(a.sum(dtype=np.float64))):
+            continue
+        bad = ~np.isfinite(a)
+        count = int(bad.sum())
+        if count == 0:
+            continue
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
+        value = a[first]
+        raise InputValidationError(
+            f"input {spec.name!r}: {count} of {a.size} values are not finite (first: {value} at index "
+            f"{list(first)}); send finite numbers, or list the input in server.allow_non_finite",
+            field=spec.name,
+            expected="finite values",
+            received=f"{count} non-finite ({value} at {list(first)})",
+        )

@@ -8,7 +8,8 @@ exactly the documented shape; nothing executes on decode. Server side: :func:`de
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
@@ -64,7 +65,37 @@ def _refuse_ext(code: int, data: bytes) -> NoReturn:
     raise ValueError(f"msgpack extension type {code} is not part of the protocol")
 
 
-def _unpack(data: Buffer) -> Any:
+@dataclass(frozen=True)
+class _Ext:
+    """Stands in for a msgpack extension value, so the rest of the header (its id) can still be read."""
+
+    code: int
+
+
+def _mark_ext(code: int, data: bytes) -> _Ext:
+    return _Ext(code)
+
+
+def _find_ext(value: Any, where: str) -> tuple[str, _Ext] | None:
+    """Where the first extension value sits in a decoded header (``body.observation.x``), if any."""
+    if isinstance(value, _Ext):
+        return where, value
+    if isinstance(value, msgpack.Timestamp):  # extension -1, decoded by msgpack itself
+        return where, _Ext(-1)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _find_ext(v, f"{where}.{k}" if where else str(k))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _find_ext(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _unpack(data: Buffer, ext_hook: Callable[[int, bytes], Any] = _refuse_ext) -> Any:
     # Sizes were checked on the whole message before this; msgpack's own length prefixes can
     # only describe bytes that are present, so a lying prefix fails as "incomplete input".
     return msgpack.unpackb(
@@ -72,7 +103,7 @@ def _unpack(data: Buffer) -> Any:
         raw=False,
         strict_map_key=True,
         use_list=True,
-        ext_hook=_refuse_ext,
+        ext_hook=ext_hook,
     )
 
 
@@ -86,6 +117,9 @@ def _short(value: Any) -> str:
 
 
 # --- server side -----------------------------------------------------------------------------
+
+
+MAX_HEADER_PEEK_BYTES: Final = 64 * 1024  # the largest header read just to echo an oversized message's id
 
 
 def peek_request_id(header: Any) -> int | None:
@@ -106,15 +140,21 @@ def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
     total = 0
     for f in frames:
         total += len(f) if isinstance(f, bytes) else f.nbytes
+    header_bytes = len(frames[0]) if isinstance(frames[0], bytes) else frames[0].nbytes
     if total > max_message_bytes:
-        raise TooLargeError(
+        error = TooLargeError(
             f"message of {total} bytes is over this server's limit of {max_message_bytes}",
             field="(message)",
             expected=f"<= {max_message_bytes} bytes",
             received=f"{total} bytes",
         )
+        if header_bytes <= min(max_message_bytes, MAX_HEADER_PEEK_BYTES):
+            # a small header is cheap to read: the reply can still name the request (if unreadable: no id)
+            with contextlib.suppress(Exception):
+                error.request_id = peek_request_id(_unpack(frames[0], _mark_ext))
+        raise error
     try:
-        header = _unpack(frames[0])
+        header = _unpack(frames[0], _mark_ext)
     except Exception as e:  # msgpack raises ValueError, ExtraData, FormatError, StackError...
         raise BadRequestError(
             f"header frame is not a single msgpack map: {e}",
@@ -123,6 +163,15 @@ def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
             received=f"{len(frames[0])} undecodable bytes",
         ) from None
     rid = peek_request_id(header)
+    ext = _find_ext(header, "")
+    if ext is not None:
+        raise BadRequestError(
+            f"header.{ext[0]}: msgpack extension type {ext[1].code} is not part of the protocol",
+            field=ext[0],
+            expected="plain msgpack types (nil, bool, int, float, str, bin, array, map)",
+            received=f"extension type {ext[1].code}",
+            request_id=rid,
+        )
     try:
         return _parse_request(header, frames[1:], rid)
     except BadRequestError as e:
@@ -480,7 +529,17 @@ def policy_info_from_reply(reply: Reply) -> PolicyInfo:
         kinds=tuple(str(k) for k in _need(b, "kinds", list, "body")),
         max_message_bytes=int(_need(limits, "max_message_bytes", int, "body.limits")),
         queue_depth=int(_need(limits, "queue_depth", int, "body.limits")),
+        arm=_arm(b),
     )
+
+
+def _arm(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    raw = body.get("arm")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"reply body.arm: expected a map or nil, got {_type_name(raw)}")
+    return {str(k): v for k, v in raw.items()}
 
 
 def stats_from_reply(reply: Reply) -> StatsSnapshot:
@@ -506,4 +565,8 @@ def stats_from_reply(reply: Reply) -> StatsSnapshot:
         queue_capacity=int(_need(queue, "capacity", int, "body.queue")),
         in_flight=int(_need(queue, "in_flight", int, "body.queue")),
         latency_ms=latency,
+        arm=_arm(b),
+        clients=int(b.get("clients", 0)),
+        inference_cpus={int(k): int(v) for k, v in dict(b.get("inference_cpus") or {}).items()},
+        engine=dict(b.get("engine") or {}),
     )

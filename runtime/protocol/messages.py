@@ -117,6 +117,8 @@ class PolicyInfo:
     kinds: tuple[str, ...]
     max_message_bytes: int
     queue_depth: int
+    # the arm the daemon holds (health, e-stop, temperatures), None for a pure policy server
+    arm: Mapping[str, Any] | None = None
 
     @property
     def device(self) -> str:
@@ -143,6 +145,7 @@ class PolicyInfo:
             "versions": dict(self.versions),
             "kinds": list(self.kinds),
             "limits": {"max_message_bytes": self.max_message_bytes, "queue_depth": self.queue_depth},
+            "arm": None if self.arm is None else dict(self.arm),
         }
 
 
@@ -189,6 +192,10 @@ class StatsSnapshot:
     queue_capacity: int
     in_flight: int
     latency_ms: Mapping[str, Percentiles] = field(default_factory=dict)  # queue, infer, total
+    arm: Mapping[str, Any] | None = None  # as in PolicyInfo.arm
+    clients: int = 0  # distinct clients heard from in the last minute
+    inference_cpus: Mapping[int, int] = field(default_factory=dict)  # CPU -> inferences that ran there
+    engine: Mapping[str, Any] = field(default_factory=dict)  # EngineInfo.to_json() of the serving engine
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -203,4 +210,8 @@ class StatsSnapshot:
                 "in_flight": self.in_flight,
             },
             "latency_ms": {k: v.to_wire() for k, v in self.latency_ms.items()},
+            "arm": None if self.arm is None else dict(self.arm),
+            "clients": self.clients,
+            "inference_cpus": {str(k): v for k, v in self.inference_cpus.items()},
+            "engine": dict(self.engine),
         }

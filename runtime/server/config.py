@@ -43,7 +43,8 @@ class ServerConfig:
     ``queue_depth`` bounds the infer requests waiting for the engine; past it clients get ``busy``.
     With ``latest_observation_wins`` a newer infer from the same client replaces its queued older
     one, which is answered ``superseded``. ``max_message_bytes`` 0 means twice the policy's inputs
-    plus 64 KiB.
+    plus 64 KiB. Observations with NaN or infinity are refused ``bad_input`` unless the input is
+    named in ``allow_non_finite``.
     """
 
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
@@ -51,6 +52,7 @@ class ServerConfig:
     latest_observation_wins: bool = True
     max_message_bytes: int = 0
     curve: CurveConfig = field(default_factory=CurveConfig)
+    allow_non_finite: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.endpoints:

@@ -7,12 +7,13 @@ inproc socket and the I/O thread forwards them, so each ZeroMQ socket is used by
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,8 +21,9 @@ import zmq
 
 from runtime import __version__
 from runtime.engine.base import Engine
-from runtime.engine.validate import validate_inputs
+from runtime.engine.validate import check_finite, validate_inputs
 from runtime.errors import InputValidationError
+from runtime.liveness import Heartbeat
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
 from runtime.protocol.errors import BadInputError, ErrorInfo, NoControlError, ServerError
 from runtime.protocol.messages import (
@@ -36,6 +38,7 @@ from runtime.protocol.messages import (
 )
 from runtime.server.config import ServerConfig
 from runtime.server.endpoints import resolve_endpoint
+from runtime.server.instance import InstanceLock, tcp_listener_pid
 from runtime.server.queue import Job, RequestQueue
 from runtime.server.security import (
     ServerCurve,
@@ -54,6 +57,9 @@ POLL_MS = 50  # how often the I/O thread looks at the stop flag when idle
 BATCH = 64  # messages taken from one socket before looking at the others
 RCVHWM = 16  # per-client inbound messages buffered before TCP pushes back on the client
 HEADER_SLACK = 64 * 1024
+CLIENT_WINDOW_S = 60.0  # a client counts as connected this long after its last request
+MAX_TRACKED_CLIENTS = 1024  # past this, clients not heard from within the window are forgotten
+IPC_SOCKET_MODE = 0o660  # srw-rw----: the service's group (operators, the control loop) may connect
 
 
 def auto_max_message_bytes(engine: Engine) -> int:
@@ -101,8 +107,10 @@ class PolicyServer:
         config: ServerConfig | None = None,
         *,
         runtime_directory: Path | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         """``engine`` is a loaded engine, or a factory that ``start()`` calls on the worker thread.
+        ``heartbeat``: beaten by the inference worker per job and while idle (see runtime.liveness).
 
         The factory form is what the daemon uses: ``load_engine`` pins the calling thread to the
         inference CPUs, so it must run on the thread that will run inference, and the I/O thread,
@@ -110,6 +118,7 @@ class PolicyServer:
         """
         self.config = config if config is not None else ServerConfig()
         self._engine_or_factory = engine
+        self.heartbeat = heartbeat
         self.endpoints = [resolve_endpoint(ep, runtime_directory) for ep in self.config.endpoints]
         self.curve: ServerCurve | None = load_server_curve(self.config.curve)
         check_endpoint_security(self.endpoints, self.curve)
@@ -130,6 +139,10 @@ class PolicyServer:
         self._all_cpus = set(os.sched_getaffinity(0))
         #: set by the daemon when it runs the control loop; None answers control.* with no_control
         self.control: ControlHandler | None = None
+        self._instance: InstanceLock | None = None
+        self._clients: dict[bytes, float] = {}  # routing id -> last heard (I/O thread writes)
+        # set by the daemon once it holds an arm: health, e-stop and temperatures for hello and stats
+        self.arm_status: Callable[[], Mapping[str, Any]] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -137,10 +150,24 @@ class PolicyServer:
         """Bind every endpoint and start the I/O and worker threads; raises if a bind fails."""
         if self._started:
             raise RuntimeError("server already started")
+        # before loading: a second daemon must not even load, let alone unlink the first one's sockets
+        self._instance = InstanceLock.acquire(self.endpoints)
+        try:
+            self._start()
+        except BaseException:
+            self._release_instance()
+            raise
+
+    def _release_instance(self) -> None:
+        if self._instance is not None:
+            self._instance.release()
+            self._instance = None
+
+    def _start(self) -> None:
         self._context = zmq.Context()
         reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
         self._worker = InferenceWorker(
-            self._engine_or_factory, self.queue, self.stats, self._context, reply_endpoint
+            self._engine_or_factory, self.queue, self.stats, self._context, reply_endpoint, self.heartbeat
         )
         self._worker.start()
         try:
@@ -154,6 +181,15 @@ class PolicyServer:
         # off the inference CPUs too, or they wait behind inference and slow it down.
         for cpu in sorted(self._all_cpus - set(self.engine.info.cpus)):
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
+        names = [s.name for s in self.engine.manifest.inputs]
+        for name in self.config.allow_non_finite:
+            if name not in names:
+                self.queue.close()
+                self._worker.join()
+                self._stop_context()
+                from runtime.errors import ConfigError
+
+                raise ConfigError(f"server.allow_non_finite: {name!r} is not an input of this policy ({names})")
         self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(self.engine)
         self.info = policy_info(self.engine, self.max_message_bytes, self.config.queue_depth)
         self._hello_body = self.info.to_wire()
@@ -198,10 +234,20 @@ class PolicyServer:
             else:
                 sock.bind(endpoint)
                 bound = endpoint
+                if endpoint.startswith("ipc://") and not endpoint.startswith("ipc://@"):
+                    # connecting takes write permission: the owner's group may, others may not,
+                    # whatever the umask the socket was made with
+                    os.chmod(endpoint[len("ipc://") :], IPC_SOCKET_MODE)
         except zmq.ZMQError as e:
             sock.close(0)
-            from runtime.errors import ConfigError
+            from runtime.errors import ConfigError, InstanceRunningError
 
+            pid = tcp_listener_pid(endpoint) if e.errno == zmq.EADDRINUSE else None
+            if pid is not None:
+                raise InstanceRunningError(
+                    f"server.endpoints: cannot bind {endpoint}: PID {pid} is listening there"
+                    + (" (another lerobot-runtime?)" if pid != os.getpid() else "")
+                ) from e
             raise ConfigError(f"server.endpoints: cannot bind {endpoint}: {e}") from e
         self.bound_endpoints.append(bound)
         return sock
@@ -232,9 +278,30 @@ class PolicyServer:
             log.error("I/O thread did not stop; leaving the ZeroMQ context open")
             return
         self._stop_context()
-        if not isinstance(self._engine_or_factory, Engine):
-            self.engine.close()  # made by our factory, so ours to release
+        self._release_instance()
+        if self._worker is not None and self._worker.owns_engine and self._worker.engine is not None:
+            self._worker.engine.close()  # made by our factory or a reload, so ours to release
         self._started = False
+
+    def replace_engine(self, engine: Engine) -> None:
+        """Serve ``engine`` (already loaded and parity-checked) from the next infer on.
+
+        Its inputs and outputs must be the old engine's: clients were told them in ``hello`` and the
+        queued observations were checked against them. Raises :class:`ConfigError` otherwise.
+        """
+        from runtime.errors import ConfigError
+
+        old, new = self.engine.manifest, engine.manifest
+        if (old.inputs, old.outputs, old.action_output) != (new.inputs, new.outputs, new.action_output):
+            raise ConfigError(
+                f"{engine.info.bundle}: its inputs or outputs differ from the running policy's "
+                f"({[s.name for s in new.inputs]} -> {[s.name for s in new.outputs]}); restart to serve it"
+            )
+        assert self._worker is not None
+        self._worker.swap_engine(engine)
+        self.engine = engine
+        self.info = policy_info(engine, self.max_message_bytes, self.config.queue_depth)
+        self._hello_body = self.info.to_wire()
 
     def _stop_context(self) -> None:
         if self._auth is not None:
@@ -262,7 +329,17 @@ class PolicyServer:
 
     def snapshot(self) -> StatsSnapshot:
         in_flight = self._worker.in_flight if self._worker is not None else 0
-        return self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
+        snap = self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
+        now = time.monotonic()
+        heard = list(self._clients.values())  # one C-level copy: safe against the I/O thread's writes
+        snap = dataclasses.replace(
+            snap,
+            arm=dict(self.arm_status()) if self.arm_status is not None else None,
+            clients=sum(1 for t in heard if now - t <= CLIENT_WINDOW_S),
+            inference_cpus=dict(self._worker.cpu_samples) if self._worker is not None else {},
+            engine=self.engine.info.to_json() if self._started else {},
+        )
+        return snap
 
     # --- I/O thread --------------------------------------------------------------------------
 
@@ -338,10 +415,16 @@ class PolicyServer:
             except zmq.Again:
                 return
             received_at = time.monotonic()
+            self._heard(frames[0].bytes, received_at)
             # REQ clients put an empty delimiter after the routing id; a header is never empty.
             cut = 2 if len(frames) > 1 and len(frames[1]) == 0 else 1
             envelope = [f.bytes for f in frames[:cut]]
             self._handle(index, sock, envelope, [f.buffer for f in frames[cut:]], received_at)
+
+    def _heard(self, client: bytes, now: float) -> None:
+        self._clients[client] = now
+        if len(self._clients) > MAX_TRACKED_CLIENTS:
+            self._clients = {c: t for c, t in self._clients.items() if now - t <= CLIENT_WINDOW_S}
 
     def _handle(
         self, index: int, sock: Any, envelope: list[bytes], payload: list[memoryview], received_at: float
@@ -368,6 +451,8 @@ class PolicyServer:
                 body = {"uptime_s": round(time.monotonic() - self.stats.started, 3)}
             elif kind == "hello":
                 body = self._hello_body
+                if self.arm_status is not None:
+                    body = {**body, "arm": dict(self.arm_status())}
             else:
                 body = self.snapshot().to_wire()
             header = encode_reply(
@@ -394,6 +479,7 @@ class PolicyServer:
             return
         try:
             inputs = validate_inputs(self.engine.manifest.inputs, request.observation)
+            check_finite(self.engine.manifest.inputs, inputs, self.config.allow_non_finite)
         except InputValidationError as e:  # answered bad_input by _handle; nothing is queued
             raise BadInputError(str(e), field=e.field, expected=e.expected, received=e.received) from None
         job = Job(index, envelope, request.id, inputs, received_at)

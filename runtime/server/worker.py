@@ -1,7 +1,9 @@
 """The inference worker: the one thread that owns the engine.
 
 It takes jobs from the :class:`RequestQueue`, runs the engine and pushes finished replies over an
-inproc socket to the I/O thread, the only thread that touches the ROUTER sockets.
+inproc socket to the I/O thread, the only thread that touches the ROUTER sockets. With a
+:class:`~runtime.liveness.Heartbeat` it beats before each job and while idle, so a run that hangs
+inside the backend withholds the systemd watchdog.
 """
 
 from __future__ import annotations
@@ -9,13 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from runtime.engine.affinity import current_cpu
 from runtime.engine.base import Engine
 from runtime.errors import InferenceError
+from runtime.liveness import Heartbeat
 from runtime.protocol.codec import encode_actions_reply, encode_error
 from runtime.protocol.errors import ErrorInfo
 from runtime.protocol.messages import Timing
@@ -33,8 +38,12 @@ class InferenceWorker(threading.Thread):
         stats: StatsCollector,
         context: Any,
         reply_endpoint: str,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         super().__init__(name="lerobot-runtime-infer", daemon=True)
+        self.heartbeat = heartbeat
+        # idle beats well inside the deadline, so only a hung job can miss it
+        self._idle_s = min(1.0, heartbeat.deadline_s / 4) if heartbeat is not None else None
         self._engine_or_factory = engine
         self.engine: Engine | None = None
         self.queue = queue
@@ -43,9 +52,13 @@ class InferenceWorker(threading.Thread):
         self._reply_endpoint = reply_endpoint
         self._action_output = ""
         self.in_flight = 0
+        # CPU -> inferences that ended there: where inference really runs (the status command, metrics)
+        self.cpu_samples: Counter[int] = Counter()
         self._loaded = threading.Event()
         self._go = threading.Event()
         self._load_error: BaseException | None = None
+        self._next_engine: Engine | None = None
+        self.owns_engine = not isinstance(engine, Engine)  # made by our factory: ours to close
 
     def wait_loaded(self) -> Engine:
         """Block until the engine is loaded on this thread; re-raise the factory's exception."""
@@ -54,6 +67,21 @@ class InferenceWorker(threading.Thread):
             raise self._load_error
         assert self.engine is not None
         return self.engine
+
+    def swap_engine(self, engine: Engine) -> None:
+        """Run ``engine`` from the next job on; the worker closes the one it replaces (if it made it)."""
+        self._next_engine = engine
+
+    def _take_next_engine(self) -> None:
+        new, self._next_engine = self._next_engine, None
+        if new is None:
+            return
+        old, self.engine = self.engine, new
+        self._action_output = new.manifest.action_output
+        log.info("now serving %s (%s)", new.info.bundle, new.info.program)
+        if old is not None and self.owns_engine:
+            old.close()
+        self.owns_engine = True
 
     def serve(self) -> None:
         """Start taking jobs (the sockets are open)."""
@@ -73,6 +101,7 @@ class InferenceWorker(threading.Thread):
             self._loaded.set()
         # A closed queue before serve() means start() failed after loading: nothing to run.
         while not self._go.wait(0.05):
+            self._beat("waiting for the sockets")
             if self.queue.closed:
                 return
         push = self._context.socket(zmq.PUSH)
@@ -80,9 +109,15 @@ class InferenceWorker(threading.Thread):
         push.connect(self._reply_endpoint)
         try:
             while True:
-                job = self.queue.get()
+                self._beat("idle")
+                job = self.queue.get(self._idle_s)
                 if job is None:
+                    self._take_next_engine()
+                    if self._idle_s is not None and not (self.queue.closed and len(self.queue) == 0):
+                        continue  # idle timeout: beat again
                     break
+                self._take_next_engine()
+                self._beat(f"running request {job.request_id} from client {job.envelope[0].hex()}")
                 self.in_flight = 1
                 try:
                     if job.on_done is not None:
@@ -94,6 +129,10 @@ class InferenceWorker(threading.Thread):
                 push.send_multipart([job.socket_index.to_bytes(2, "little"), *job.envelope, *frames])
         finally:
             push.close()
+
+    def _beat(self, doing: str) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.beat(doing)
 
     def _run(self, job: Job) -> list[Any]:
         started = time.monotonic()
@@ -109,6 +148,7 @@ class InferenceWorker(threading.Thread):
         except Exception as e:
             log.exception("inference on request %d failed", job.request_id)
             return self._error(job, started, "internal", f"{type(e).__name__}: {e}", None)
+        self.cpu_samples[current_cpu()] += 1
         done = time.monotonic()
         timing = Timing(queue_ms, (done - started) * 1e3, (done - job.received_at) * 1e3)
         self.stats.infer_done(timing.queue_ms, timing.infer_ms, timing.total_ms)

@@ -172,7 +172,7 @@ BAD = [
         "extension type",
         [msgpack.packb({"v": 1, "id": 1, "kind": "ping", "body": msgpack.ExtType(5, b"x")})],
         BadRequestError,
-        "(header)",
+        "body",
     ),
     ("non-string map key", [msgpack.packb({1: 2})], BadRequestError, "(header)"),
     ("too large", frames_of({"v": 1, "id": 1, "kind": "ping"}, bytes(LIMIT)), TooLargeError, "(message)"),
@@ -187,6 +187,23 @@ def test_bad_requests_are_refused_with_code_and_field(
         codec.decode_request(frames, LIMIT)
     assert getattr(info.value, "field", None) == field
     assert info.value.received is not None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("frames", "field"),
+    [
+        (frames_of({"v": 1, "id": 42, "kind": "ping"}, bytes(LIMIT)), "(message)"),
+        ([msgpack.packb({"v": 1, "id": 42, "kind": "ping", "body": {"x": [msgpack.ExtType(5, b"")]}})], "body.x[0]"),
+        ([msgpack.packb({"v": msgpack.ExtType(1, b""), "id": 42, "kind": "ping"})], "v"),
+        ([msgpack.packb({"v": 1, "id": 42, "kind": msgpack.Timestamp(0)})], "kind"),
+    ],
+    ids=["too_large", "ext deep in body", "ext as version", "ext timestamp as kind"],
+)
+def test_refusals_echo_the_id_of_a_readable_header(frames: list[bytes], field: str) -> None:
+    with pytest.raises((BadRequestError, TooLargeError)) as info:
+        codec.decode_request(frames, LIMIT)
+    assert info.value.request_id == 42
+    assert info.value.field == field
 
 
 def test_errors_echo_the_request_id_when_readable() -> None:

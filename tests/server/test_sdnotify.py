@@ -60,5 +60,20 @@ def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not SystemdNotifier.from_env().notify("READY=1")
 
 
-def test_unreachable_socket_is_not_fatal(short_tmp: Path) -> None:
-    assert not SystemdNotifier(str(short_tmp / "nobody")).ready()
+def test_unreachable_socket_is_not_fatal_and_logged_once(short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
+    notifier = SystemdNotifier(str(short_tmp / "nobody"))
+    assert not notifier.ready()
+    for _ in range(5):
+        assert not notifier.watchdog()
+    assert caplog.text.count("systemd notify to") == 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(short_tmp / "nobody"))
+    try:
+        assert notifier.watchdog()
+        assert "works again" in caplog.text
+        listener.close()
+        (short_tmp / "nobody").unlink()
+        assert not notifier.watchdog() and not notifier.watchdog()
+        assert caplog.text.count("failed") == 2  # a new failure is news again
+    finally:
+        listener.close()

@@ -1,0 +1,148 @@
+"""Prometheus metrics: the figures of ``lerobot-runtime status``, scraped over HTTP.
+
+Off unless ``[metrics] port`` is set; bound to loopback unless ``host`` says otherwise (a scraper on
+another machine is better served through a tunnel or a local agent). Nothing is counted twice:
+a custom collector reads the server's own counters and the arm's status at scrape time, so serving
+pays nothing for metrics between scrapes. The names are listed in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.errors import ConfigError, MissingDependencyError
+from runtime.protocol.messages import PolicyInfo, StatsSnapshot
+
+log = logging.getLogger(__name__)
+
+PREFIX = "lerobot_runtime"
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """``[metrics]``: ``port`` 0 means no metrics endpoint; ``host`` is the address it binds."""
+
+    port: int = 0
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"metrics.port: expected 0 (off) or a TCP port 1..65535, got {self.port}")
+        if not self.host:
+            raise ConfigError("metrics.host: expected an address to bind, got an empty string")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class RuntimeCollector:
+    """Yields the daemon's figures at each scrape (a prometheus_client custom collector)."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], StatsSnapshot],
+        info: Callable[[], PolicyInfo],
+        stalled: Callable[[], list[str]] = list,
+    ) -> None:
+        self._snapshot = snapshot
+        self._info = info
+        self._stalled = stalled
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        s = self._snapshot()
+        info = self._info()
+        engine = {k: str(v) for k, v in (s.engine or info.engine).items() if k not in ("cpus",)}
+        yield InfoMetricFamily(
+            f"{PREFIX}_policy", "What is being served", value={"policy": info.policy_name, **engine}
+        )
+        yield GaugeMetricFamily(f"{PREFIX}_uptime_seconds", "Seconds since the server started", value=s.uptime_s)
+        requests = CounterMetricFamily(f"{PREFIX}_requests", "Requests received, by kind", labels=["kind"])
+        for kind, n in sorted(s.requests.items()):
+            requests.add_metric([kind], n)
+        yield requests
+        errors = CounterMetricFamily(f"{PREFIX}_errors", "Error replies, by error code", labels=["code"])
+        for code, n in sorted(s.errors.items()):
+            errors.add_metric([code], n)
+        yield errors
+        yield CounterMetricFamily(f"{PREFIX}_replies_ok", "Successful replies", value=s.replies_ok)
+        yield GaugeMetricFamily(f"{PREFIX}_queue_depth", "Infer requests waiting for the engine", value=s.queue_depth)
+        yield GaugeMetricFamily(f"{PREFIX}_queue_capacity", "Queue bound (server.queue_depth)", value=s.queue_capacity)
+        yield GaugeMetricFamily(f"{PREFIX}_in_flight", "Inferences running now (0 or 1)", value=s.in_flight)
+        yield GaugeMetricFamily(f"{PREFIX}_clients", "Clients heard from in the last minute", value=s.clients)
+        latency = GaugeMetricFamily(
+            f"{PREFIX}_latency_milliseconds",
+            "Latency percentiles over the last 2048 infers, server clock: queue, infer, total",
+            labels=["stage", "quantile"],
+        )
+        for stage, p in sorted(s.latency_ms.items()):
+            for q, v in (("0.5", p.p50), ("0.9", p.p90), ("0.99", p.p99), ("1", p.max)):
+                latency.add_metric([stage, q], v)
+        yield latency
+        threads = (s.engine or info.engine).get("threads", 0)
+        yield GaugeMetricFamily(f"{PREFIX}_inference_threads", "Inference threads the engine runs", value=threads)
+        cpus = CounterMetricFamily(
+            f"{PREFIX}_inference_cpu", "Inferences that ended on each CPU (where inference really runs)", labels=["cpu"]
+        )
+        for cpu, n in sorted(s.inference_cpus.items()):
+            cpus.add_metric([str(cpu)], n)
+        yield cpus
+        stalled = GaugeMetricFamily(
+            f"{PREFIX}_stalled", "1 while a worker misses its liveness deadline", labels=["worker"]
+        )
+        for name in self._stalled():
+            stalled.add_metric([name], 1)
+        yield stalled
+        arm = s.arm
+        if arm is not None:
+            healthy, estop = int(bool(arm["healthy"])), int(bool(arm["estop"]))
+            yield GaugeMetricFamily(f"{PREFIX}_arm_healthy", "1 when the last arm read worked", value=healthy)
+            yield GaugeMetricFamily(f"{PREFIX}_arm_estop", "1 while the e-stop is engaged", value=estop)
+            failures = arm.get("failures", 0)
+            yield CounterMetricFamily(f"{PREFIX}_arm_read_failures", "Failed arm reads", value=failures)
+            temps = GaugeMetricFamily(
+                f"{PREFIX}_arm_temperature_celsius", "Servo temperature at the last read", labels=["joint"]
+            )
+            for joint, t in sorted((arm.get("temperature_c") or {}).items()):
+                temps.add_metric([joint], t)
+            yield temps
+
+
+class MetricsServer:
+    """The HTTP endpoint; ``close()`` stops it."""
+
+    def __init__(self, config: MetricsConfig, collector: RuntimeCollector) -> None:
+        try:
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"[metrics] is configured but prometheus-client is missing ({e}); pip install prometheus-client"
+            ) from e
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        if not is_loopback(config.host):
+            log.warning(
+                "metrics on %s:%d are reachable from other machines, without authentication", config.host, config.port
+            )
+        try:
+            self._server, self._thread = start_http_server(config.port, addr=config.host, registry=registry)
+        except OSError as e:
+            raise ConfigError(f"metrics: cannot listen on {config.host}:{config.port}: {e.strerror or e}") from e
+        self.address = f"http://{config.host}:{self._server.server_port}/metrics"
+        log.info("metrics at %s", self.address)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)

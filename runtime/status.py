@@ -1,0 +1,86 @@
+"""What ``lerobot-runtime status`` reports: the running daemon, asked over its own protocol.
+
+One ``hello`` and one ``stats`` request on the daemon's ipc endpoint (local, so no CURVE keys are
+needed; the socket is group-writable for the service's group) give the bundle, engine, device,
+precision, threads, the CPUs inference really ran on, clients, latency percentiles, queue, arm
+health, temperatures and e-stop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.config import DaemonConfig
+from runtime.errors import ConfigError
+from runtime.protocol.messages import PolicyInfo, StatsSnapshot
+
+
+def status_endpoint(config: DaemonConfig) -> str:
+    """The endpoint to ask: the first ipc one (no keys needed), else a loopback tcp one."""
+    from runtime.server.endpoints import is_local_endpoint, resolve_endpoint
+
+    for ep in config.server.endpoints:
+        if ep.startswith("ipc://"):
+            return resolve_endpoint(ep)
+    for ep in config.server.endpoints:
+        if is_local_endpoint(ep) and not config.server.curve.enabled:
+            return ep
+    raise ConfigError(
+        "status: the config has no ipc endpoint (nor a loopback tcp one without CURVE) to ask; pass --endpoint"
+    )
+
+
+def gather(info: PolicyInfo, stats: StatsSnapshot) -> dict[str, Any]:
+    engine = dict(stats.engine or info.engine)
+    return {
+        "policy": info.policy_name,
+        "bundle": engine.get("bundle"),
+        "program": engine.get("program"),
+        "engine": engine.get("engine"),
+        "device": engine.get("device"),
+        "precision": engine.get("precision"),
+        "threads": engine.get("threads"),
+        "cpus_allowed": engine.get("cpus"),
+        "cpus_observed": {str(k): v for k, v in sorted(stats.inference_cpus.items())},
+        "uptime_s": stats.uptime_s,
+        "clients": stats.clients,
+        "requests": dict(stats.requests),
+        "errors": dict(stats.errors),
+        "queue": {
+            "depth": stats.queue_depth,
+            "capacity": stats.queue_capacity,
+            "depth_max": stats.queue_depth_max,
+            "in_flight": stats.in_flight,
+        },
+        "latency_ms": {k: v.to_wire() for k, v in stats.latency_ms.items()},
+        "arm": dict(stats.arm) if stats.arm is not None else None,
+        "versions": dict(info.versions),
+    }
+
+
+def format_status(s: dict[str, Any]) -> str:
+    lines = [
+        f"policy     {s['policy']} from {s['bundle']} ({s['program']})",
+        f"engine     {s['engine']} on {s['device']}/{s['precision']}, {s['threads']} threads, "
+        f"CPUs allowed {s['cpus_allowed']}, inference ran on "
+        + (", ".join(f"CPU {c} ({n}x)" for c, n in s["cpus_observed"].items()) or "no CPU yet (no inference)"),
+        f"uptime     {s['uptime_s']:.0f} s; clients in the last minute: {s['clients']}",
+        "requests   " + (" ".join(f"{k}={v}" for k, v in sorted(s["requests"].items())) or "none")
+        + "; errors " + (" ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())) or "none"),
+        f"queue      {s['queue']['depth']}/{s['queue']['capacity']} (max {s['queue']['depth_max']}), "
+        f"in flight {s['queue']['in_flight']}",
+    ]
+    for stage, p in s["latency_ms"].items():
+        lines.append(
+            f"latency    {stage:<6} p50 {p['p50']} p90 {p['p90']} p99 {p['p99']} max {p['max']} ms (last {p['count']})"
+        )
+    arm = s["arm"]
+    if arm is None:
+        lines.append("arm        none")
+    else:
+        health = "ok" if arm.get("healthy") else f"FAILING: {arm.get('last_error')}"
+        estop = f"ENGAGED: {arm.get('estop_reason') or 'no reason given'}" if arm.get("estop") else "released"
+        temps = ", ".join(f"{j} {t}" for j, t in (arm.get("temperature_c") or {}).items()) or "unknown"
+        lines.append(f"arm        {arm.get('kind')}: {health}; e-stop {estop}")
+        lines.append(f"temps °C   {temps}")
+    return "\n".join(lines)
