@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "runtime.commands.serve",  # serve, keys, bench serve
     "runtime.commands.control",  # control, camera, replay, bench loop
     "drivers.cli",  # motors scan/read, bench bus
+    "runtime.commands.dataset",  # dataset check
 )
 
 
