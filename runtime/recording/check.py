@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class CheckReport:
         self.problems.append(f"{where}: {message}")
 
 
-def _stat_shape(ft: dict[str, Any]) -> tuple[int, ...]:
+def _stat_shape(ft: Mapping[str, Any]) -> tuple[int, ...]:
     return (3, 1, 1) if ft["dtype"] == "video" else (int(ft["shape"][0]),)
 
 
@@ -70,7 +71,7 @@ def _check_info(report: CheckReport) -> dict[str, Any] | None:
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            info = json.load(f)
+            info: dict[str, Any] = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         report.add(where, f"not readable JSON ({e})")
         return None
