@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("pyarrow", reason="recording needs the record extra (pyarrow)")
 pytest.importorskip("av", reason="recording needs the record extra (PyAV)")
 
-from drivers.calibration import SO101_JOINTS  # noqa: E402
-from runtime.recording import RecordingFeatures  # noqa: E402
+from drivers.calibration import SO101_JOINTS
+from runtime.recording import RecordingFeatures
 
 HEIGHT, WIDTH = 48, 64
 

@@ -250,5 +250,5 @@ def test_a_failed_write_drops_that_episode_and_says_why(
 def test_buffer_size_is_checked(features: RecordingFeatures, root: Path) -> None:
     from runtime.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="recording.buffer_frames: expected an integer >= 2, got 1"):
+    with pytest.raises(ConfigError, match=r"recording\.buffer_frames: expected an integer >= 2, got 1"):
         EpisodeRecorder(DatasetWriter(root, features), features, buffer_frames=1)
