@@ -10,6 +10,7 @@ pyarrow and PyAV are needed (``pip install 'lerobot-runtime[record]'``); they ar
 dataset is opened, not when this package is.
 """
 
+from runtime.recording.config import RecordingConfig
 from runtime.recording.features import RecordingFeatures
 from runtime.recording.recorder import EpisodeRecorder, RecorderStatus
 from runtime.recording.video import VideoSettings
@@ -21,6 +22,7 @@ __all__ = [
     "EpisodeSink",
     "EpisodeSummary",
     "RecorderStatus",
+    "RecordingConfig",
     "RecordingFeatures",
     "VideoSettings",
 ]

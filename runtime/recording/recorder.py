@@ -14,7 +14,7 @@ the control thread.
 
 Example::
 
-    recorder = EpisodeRecorder(DatasetWriter("/data/pick", features))
+    recorder = EpisodeRecorder.create(RecordingConfig(dataset_dir="/data/pick"), features)
     recorder.start_episode("pick up the cube")
     ok = recorder.add_frame(t_s, state, action, requested, {"front": rgb}, "teleop", True)
     recorder.end_episode()
@@ -35,9 +35,10 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.errors import ConfigError, RecordingError
+from runtime.recording.config import RecordingConfig
 from runtime.recording.features import RecordingFeatures
 from runtime.recording.frames import FrameSlot, fill_slot
-from runtime.recording.writer import EpisodeSink
+from runtime.recording.writer import DatasetWriter, EpisodeSink
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,14 @@ class EpisodeRecorder:
         self._frames_dropped = 0
         self._thread = threading.Thread(target=self._run, name="episode-writer", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def create(cls, config: RecordingConfig, features: RecordingFeatures) -> EpisodeRecorder:
+        """A recorder writing to ``config.dataset_dir`` (opened here, on the calling thread)."""
+        if not config.enabled:
+            raise ConfigError("recording.dataset_dir: empty, recording is off; name the dataset folder")
+        writer = DatasetWriter(config.dataset_dir, features, video=config.video)
+        return cls(writer, features, buffer_frames=config.buffer_frames)
 
     # -- the control thread's side ---------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from runtime.errors import RecordingError, RecordingInputError
-from runtime.recording import DatasetWriter, EpisodeRecorder, EpisodeSummary, RecordingFeatures
+from runtime.recording import DatasetWriter, EpisodeRecorder, EpisodeSummary, RecordingFeatures, VideoSettings
 from runtime.recording.check import check_dataset
 from runtime.recording.frames import FrameSlot
 from runtime.recording.reader import DatasetReader
@@ -252,3 +252,27 @@ def test_buffer_size_is_checked(features: RecordingFeatures, root: Path) -> None
 
     with pytest.raises(ConfigError, match=r"recording\.buffer_frames: expected an integer >= 2, got 1"):
         EpisodeRecorder(DatasetWriter(root, features), features, buffer_frames=1)
+
+
+def test_recording_config_from_toml(root: Path, features: RecordingFeatures) -> None:
+    import tomllib
+
+    from runtime.configtools import from_mapping
+    from runtime.errors import ConfigError
+    from runtime.recording import RecordingConfig
+
+    text = f'dataset_dir = "{root}"\nbuffer_frames = 30\n[video]\ncodec = "libsvtav1"\ncrf = 35\n'
+    config = from_mapping(RecordingConfig, tomllib.loads(text), "recording")
+    assert (config.buffer_frames, config.video.crf) == (30, 35)
+    with EpisodeRecorder.create(config, features) as recorder:
+        recorder.start_episode("from the config")
+        assert add(recorder, ticks(1, seed=1)[0])
+    assert DatasetReader(root).num_episodes == 1
+    with pytest.raises(ConfigError, match=r"recording\.video: unknown key\(s\) bitrate"):
+        from_mapping(RecordingConfig, {"video": {"bitrate": 5}}, "recording")
+    with pytest.raises(ConfigError, match=r"recording\.video\.crf: expected 0\.\.63, got 99"):
+        from_mapping(RecordingConfig, {"video": {"crf": 99}}, "recording")
+    with pytest.raises(ConfigError, match="no 'libnothing' encoder"):
+        DatasetWriter(root, features, video=VideoSettings(codec="libnothing"))
+    with pytest.raises(ConfigError, match="recording is off"):
+        EpisodeRecorder.create(RecordingConfig(), features)
