@@ -13,7 +13,6 @@ Two measurements in one run, on camera frames of the given size:
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,6 +40,8 @@ class RecordBench:
     tick_late_ms_idle: dict[str, float]
     tick_late_ms_recording: dict[str, float]
     ticks: int
+    max_queued_frames: int
+    buffer_frames: int
     overruns: int
     frames_written: int
 
@@ -120,6 +121,7 @@ def run_bench(
             DatasetWriter(Path(tmp) / "paced", features, video=video), features, buffer_frames=buffer_frames
         )
         call_ms: list[float] = []
+        queued: list[int] = []
         images = [{n: pool[k] for n in names} for k in range(len(pool))]
 
         def tick(i: int) -> None:
@@ -128,12 +130,11 @@ def run_bench(
                 recorder.start_episode("bench")
             recorder.add_frame(i / fps, joints, joints, joints, images[i % len(images)], "policy", False)
             call_ms.append((time.perf_counter() - t) * 1000)
+            queued.append(recorder.status().queued_frames)
 
         rec_late = _paced_loop(fps, seconds, tick)
         recorder.end_episode()
-        closer = threading.Thread(target=recorder.close)
-        closer.start()
-        closer.join()
+        recorder.close()
         status = recorder.status()
     tick_ms = 1000 / fps
     return RecordBench(
@@ -149,6 +150,8 @@ def run_bench(
         tick_late_ms_idle=summarize(idle_late),
         tick_late_ms_recording=summarize(rec_late),
         ticks=len(call_ms),
+        max_queued_frames=max(queued),
+        buffer_frames=buffer_frames,
         overruns=status.overruns,
         frames_written=status.frames_written,
     )
@@ -163,7 +166,8 @@ def format_table(result: RecordBench) -> str:
         f"  add_frame on the loop      median {r.add_frame_ms['median']:.3f} ms  p99 {r.add_frame_ms['p99']:.3f} ms",
         f"  tick wake-up lateness      idle p99 {r.tick_late_ms_idle['p99']:.3f} ms  recording p99 "
         f"{r.tick_late_ms_recording['p99']:.3f} ms",
-        f"  ticks {r.ticks}, frames written {r.frames_written}, overruns {r.overruns}",
+        f"  ticks {r.ticks}, frames written {r.frames_written}, overruns {r.overruns}, most frames waiting for "
+        f"the writer {r.max_queued_frames} of {r.buffer_frames} (a writer that keeps up stays near 1)",
     ]
     return "\n".join(lines)
 
