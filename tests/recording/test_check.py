@@ -103,3 +103,11 @@ def test_the_command(dataset: Path, capsys: pytest.CaptureFixture[str], tmp_path
     assert "OK, 2 episodes, 11 frames, cameras: observation.images.front" in capsys.readouterr().out
     assert main(["dataset", "check", str(tmp_path / "nowhere")]) == 1
     assert "meta/info.json: missing: this folder is not a LeRobot dataset" in capsys.readouterr().out
+
+
+def test_bench_record_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["bench", "record", "--json", "--height", "48", "--width", "64", "--seconds", "0.5", "--fps", "20"]
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ticks"] == 10 and result["frames_written"] == 10 and result["overruns"] == 0
+    assert result["writer_ms_per_frame"] > 0 and set(result["add_frame_ms"]) >= {"median", "p99"}
