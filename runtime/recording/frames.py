@@ -15,7 +15,14 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.errors import RecordingInputError
-from runtime.recording.features import ACTION, REQUESTED_ACTION, SOURCES, STATE, RecordingFeatures
+from runtime.recording.features import (
+    ACTION,
+    IMAGE_PREFIX,
+    REQUESTED_ACTION,
+    SOURCES,
+    STATE,
+    RecordingFeatures,
+)
 
 
 class FrameSlot:
@@ -69,7 +76,15 @@ def fill_slot(
             expected=" | ".join(SOURCES),
             received=repr(source),
         )
-    if len(images) != len(slot.images) or any(cam not in slot.images for cam in images):
+    # cameras by name ("front") or by their column ("observation.images.front"), as observations carry them
+    chosen: dict[str, npt.NDArray[np.uint8]] = {}
+    for key, img in images.items():
+        cam = key.removeprefix(IMAGE_PREFIX)
+        if cam not in slot.images or cam in chosen:
+            chosen = {}
+            break
+        chosen[cam] = img
+    if len(chosen) != len(slot.images):
         raise RecordingInputError(
             f"images: expected cameras {sorted(slot.images)}, got {sorted(images)}",
             field="images",
@@ -77,7 +92,7 @@ def fill_slot(
             received=str(sorted(images)),
         )
     for cam, buf in slot.images.items():
-        img = images[cam]
+        img = chosen[cam]
         if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.shape != buf.shape:
             got = f"{img.shape} {img.dtype}" if isinstance(img, np.ndarray) else type(img).__name__
             key = features.image_key(cam)
@@ -92,7 +107,7 @@ def fill_slot(
     np.copyto(slot.action, ac, casting="unsafe")
     np.copyto(slot.requested, rq, casting="unsafe")
     for cam, buf in slot.images.items():
-        np.copyto(buf, images[cam])
+        np.copyto(buf, chosen[cam])
     slot.t_s = float(t_s)
     slot.source = source
     slot.intervention = bool(intervention)

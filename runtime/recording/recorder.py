@@ -253,55 +253,70 @@ class EpisodeRecorder:
         writing = -1  # generation of the episode the sink has open, -1: none
         while True:
             item = self._inbox.get()
-            if isinstance(item, FrameSlot):
-                try:
-                    if writing >= 0:
-                        self._sink.write_frame(item)
-                except Exception as e:
-                    self._fail(writing, "writing a frame", e)
-                    writing = -1
-                finally:
-                    self._free.append(item)
-            elif isinstance(item, _Start):
-                try:
-                    index = self._sink.begin_episode(item.task)
-                    writing = item.generation
-                    log.info("recording episode %d: %r", index, item.task)
-                except Exception as e:
-                    self._fail(item.generation, "starting an episode", e)
-            elif isinstance(item, _End):
-                if writing != item.generation:
-                    continue
-                writing = -1
-                if item.reason == "overrun":
-                    log.warning(
-                        "recording buffer overran (all %d frame slots waited for the disk): episode ended there",
-                        self._slots,
-                    )
-                try:
-                    summary = self._sink.finish_episode()
-                except Exception as e:
-                    self._fail(item.generation, "writing the episode", e)
-                    continue
-                if summary is not None:
-                    self._episodes_written += 1
-                    self._frames_written += summary.frames
-            elif isinstance(item, _Discard):
-                if writing != item.generation:
-                    continue
-                writing = -1
-                self._sink.abort_episode()
-                self._episodes_discarded += 1
-                log.info("episode discarded")
-            elif isinstance(item, _Flush):
-                item.done.set()
-            else:
-                try:
-                    if writing >= 0:
-                        self._sink.abort_episode()
-                finally:
-                    self._sink.close()
+            if isinstance(item, _Close):
+                self._shut_down(writing)
                 return
+            try:
+                writing = self._handle(item, writing)
+            except Exception as e:  # the thread must outlive any one failure, or slots never come back
+                self._fail(writing, f"handling {type(item).__name__}", e)
+                writing = -1
+
+    def _handle(self, item: _Item, writing: int) -> int:
+        """Do one queued item; return the generation the sink has open afterwards (-1: none)."""
+        if isinstance(item, FrameSlot):
+            try:
+                if writing >= 0:
+                    self._sink.write_frame(item)
+            except Exception as e:
+                self._fail(writing, "writing a frame", e)
+                return -1
+            finally:
+                self._free.append(item)
+            return writing
+        if isinstance(item, _Start):
+            try:
+                index = self._sink.begin_episode(item.task)
+            except Exception as e:
+                self._fail(item.generation, "starting an episode", e)
+                return -1
+            log.info("recording episode %d: %r", index, item.task)
+            return item.generation
+        if isinstance(item, _End):
+            if writing != item.generation:
+                return writing  # that episode already failed
+            if item.reason == "overrun":
+                log.warning(
+                    "recording buffer overran (all %d frame slots waited for the disk): episode ended there",
+                    self._slots,
+                )
+            try:
+                summary = self._sink.finish_episode()
+            except Exception as e:
+                self._fail(item.generation, "writing the episode", e)
+                return -1
+            if summary is not None:
+                self._episodes_written += 1
+                self._frames_written += summary.frames
+            return -1
+        if isinstance(item, _Discard):
+            if writing != item.generation:
+                return writing
+            self._sink.abort_episode()
+            self._episodes_discarded += 1
+            log.info("episode discarded")
+            return -1
+        if isinstance(item, _Flush):
+            item.done.set()
+        return writing
+
+    def _shut_down(self, writing: int) -> None:
+        try:
+            if writing >= 0:  # only reached if the episode's _End never came: drop what is half-done
+                self._sink.abort_episode()
+            self._sink.close()
+        except Exception:
+            log.exception("closing the dataset writer failed")
 
     def _fail(self, generation: int, what: str, error: Exception) -> None:
         log.error("recording failed while %s: %s; the episode is dropped", what, error, exc_info=error)

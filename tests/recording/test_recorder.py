@@ -276,3 +276,48 @@ def test_recording_config_from_toml(root: Path, features: RecordingFeatures) -> 
         DatasetWriter(root, features, video=VideoSettings(codec="libnothing"))
     with pytest.raises(ConfigError, match="recording is off"):
         EpisodeRecorder.create(RecordingConfig(), features)
+
+
+def test_cameras_by_name_or_by_column(root: Path, features: RecordingFeatures) -> None:
+    with EpisodeRecorder(DatasetWriter(root, features), features) as recorder:
+        recorder.start_episode("observation-style keys")
+        t = ticks(2, seed=1)
+        z = np.zeros(6, np.float32)
+        assert recorder.add_frame(0.0, z, z, z, {"observation.images.front": t[0].image}, "policy", False)
+        assert recorder.add_frame(0.033, z, z, z, {"front": t[1].image}, "policy", False)
+        with pytest.raises(RecordingInputError, match="expected cameras"):
+            recorder.add_frame(
+                0.066, z, z, z, {"front": t[1].image, "observation.images.front": t[1].image}, "policy", False
+            )
+    assert DatasetReader(root).episode(0).length == 2
+
+
+class BrokenDiscard(GatedWriter):
+    def __init__(self, writer: DatasetWriter) -> None:
+        super().__init__(writer)
+        self.gate.set()
+        self.broken = True
+
+    def abort_episode(self) -> None:
+        if self.broken:
+            self.broken = False
+            raise RuntimeError("cleanup exploded")
+        super().abort_episode()
+
+
+def test_the_writer_thread_outlives_an_unexpected_failure(
+    root: Path, features: RecordingFeatures, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = BrokenDiscard(DatasetWriter(root, features))
+    with caplog.at_level(logging.ERROR), EpisodeRecorder(sink, features, buffer_frames=2) as recorder:
+        recorder.start_episode("discarded")
+        add(recorder, ticks(1, seed=1)[0])
+        recorder.discard_episode()
+        assert recorder.flush()
+        assert "cleanup exploded" in (recorder.status().last_error or "")
+        recorder.start_episode("kept")
+        for t in ticks(5, seed=2):
+            assert add(recorder, t)
+            assert recorder.flush()  # slots keep coming back
+    assert DatasetReader(root).tasks == ["kept"]
+    assert check_dataset(root).problems == []
