@@ -13,6 +13,7 @@ its features match; otherwise the writer refuses it and says which feature diffe
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -152,8 +153,6 @@ class DatasetWriter:
         }
 
     def _resume(self) -> None:
-        import json
-
         pa = tables.pa()
         with open(self.root / layout.INFO_PATH, encoding="utf-8") as f:
             info = json.load(f)
