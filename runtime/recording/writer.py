@@ -13,8 +13,10 @@ its features match; otherwise the writer refuses it and says which feature diffe
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +42,7 @@ from runtime.recording.video import EpisodeVideo, VideoSettings, append_video, v
 
 log = logging.getLogger(__name__)
 
-STAGING_DIR = ".recording"  # per-episode videos while they are being encoded
+STAGING_DIR = ".recording"  # the writer's lock, and per-episode videos while they are being encoded
 
 
 @dataclass(frozen=True)
@@ -119,18 +121,42 @@ class DatasetWriter:
         self._data = _FileCursor()
         self._data_table: Any = None
         self._videos = {key: _FileCursor() for key in features.image_keys}
-        if (self.root / layout.INFO_PATH).exists():
-            self._resume()
-        else:
-            if self.root.exists() and any(p.name != STAGING_DIR for p in self.root.iterdir()):
-                raise RecordingError(
-                    f"{self.root}: not empty and not a dataset (no {layout.INFO_PATH}); "
-                    "record into a new folder or an existing dataset"
-                )
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._info = self._new_info()
-            tables.write_json(self._info, self.root / layout.INFO_PATH)
-        # leftovers of an episode a crash interrupted
+        existing = (self.root / layout.INFO_PATH).exists()
+        if not existing and self.root.exists() and any(p.name != STAGING_DIR for p in self.root.iterdir()):
+            raise RecordingError(
+                f"{self.root}: not empty and not a dataset (no {layout.INFO_PATH}); "
+                "record into a new folder or an existing dataset"
+            )
+        self._lock = self._take_lock()
+        try:
+            # leftovers of an episode a crash interrupted
+            for leftover in (self.root / STAGING_DIR).glob("episode-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+            if existing:
+                self._resume()
+            else:
+                self._info = self._new_info()
+                tables.write_json(self._info, self.root / layout.INFO_PATH)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _take_lock(self) -> int:
+        """One writer per dataset: a second one (another recorder, another process) is refused."""
+        staging = self.root / STAGING_DIR
+        staging.mkdir(parents=True, exist_ok=True)
+        fd = os.open(staging / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(fd)
+            raise RecordingError(f"{self.root}: another recorder is writing this dataset") from e
+        return fd
+
+    def _release_lock(self) -> None:
+        if self._lock >= 0:
+            os.close(self._lock)  # closing the descriptor releases the lock
+            self._lock = -1
         shutil.rmtree(self.root / STAGING_DIR, ignore_errors=True)
 
     # -- dataset-level state ---------------------------------------------------------------------
@@ -372,6 +398,7 @@ class DatasetWriter:
         )
 
     def close(self) -> None:
-        """Drop an episode still open (it was never finished) and the staging folder."""
+        """Drop an episode still open (it was never finished), release the dataset and remove the
+        staging folder."""
         self.abort_episode()
-        shutil.rmtree(self.root / STAGING_DIR, ignore_errors=True)
+        self._release_lock()

@@ -165,3 +165,12 @@ def test_bad_features_are_named(kwargs: dict[str, object], message: str) -> None
     args: dict[str, object] = {"fps": 30, "joint_names": ("a", "b"), **kwargs}
     with pytest.raises(ConfigError, match=message):
         RecordingFeatures(**args)  # type: ignore[arg-type]
+
+
+def test_one_writer_per_dataset(root: Path, features: RecordingFeatures) -> None:
+    first = DatasetWriter(root, features)
+    with pytest.raises(RecordingError, match="another recorder is writing this dataset"):
+        DatasetWriter(root, features)
+    first.close()
+    assert not (root / ".recording").exists()
+    DatasetWriter(root, features).close()
