@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "runtime.commands.bundle",  # bundle install
     "runtime.commands.status",  # status
     "drivers.cli",  # motors scan/read, bench bus
+    "runtime.commands.dataset",  # dataset check
 )
 
 

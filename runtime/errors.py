@@ -65,3 +65,21 @@ class InstanceRunningError(LerobotRuntimeError, RuntimeError):
 
 class MissingDependencyError(LerobotRuntimeError, ImportError):
     """An optional dependency is needed for this operation; the message says what to install."""
+
+
+class RecordingError(LerobotRuntimeError, RuntimeError):
+    """Recording an episode failed, or the recorder was used out of order (names the state it was in)."""
+
+
+class RecordingInputError(RecordingError, ValueError):
+    """A frame handed to the recorder does not match the features it was built with.
+
+    ``field`` is the column (``observation.state``, ``observation.images.front``...); ``expected`` and
+    ``received`` say what was wanted and what came.
+    """
+
+    def __init__(self, message: str, *, field: str, expected: str, received: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.expected = expected
+        self.received = received
