@@ -8,7 +8,6 @@ back to back.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import time
@@ -79,13 +78,3 @@ def request_realtime(priority: int) -> str:
             "(the systemd unit does) or CAP_SYS_NICE"
         )
     return f"SCHED_FIFO {priority}"
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_sched_getcpu = _libc.sched_getcpu
-_sched_getcpu.restype = ctypes.c_int
-
-
-def current_cpu() -> int:
-    """The CPU the calling thread runs on right now (libc ``sched_getcpu``)."""
-    return int(_sched_getcpu())

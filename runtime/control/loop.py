@@ -33,12 +33,13 @@ from drivers.calibration import Calibration
 from drivers.errors import BusError, ServoFaultError
 from runtime.bundle.manifest import Manifest
 from runtime.control.actions import ActionQueue
-from runtime.control.clock import Ticker, current_cpu, pin_thread, request_realtime
+from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig
 from runtime.control.events import EventLog
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
 from runtime.control.streams import ObservationStreams
+from runtime.engine.affinity import current_cpu
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ConfigError, InputValidationError
 

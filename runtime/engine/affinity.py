@@ -42,31 +42,31 @@ def pin_current_thread(cpus: list[int]) -> None:
     log.debug("pinned thread %d to CPUs %s", threading.get_native_id(), cpus)
 
 
-def thread_cpu(tid: int, pid: int | str = "self") -> int | None:
-    """The CPU thread ``tid`` of process ``pid`` last ran on (``/proc/PID/task/TID/stat`` field 39).
-
-    This is where the thread really ran, which an affinity mask read back does not prove.
-    None when the thread is gone.
-    """
+def _stat_field(tid: int, pid: int | str, *numbers: int) -> list[int] | None:
+    """Fields of ``/proc/PID/task/TID/stat`` by their 1-based number in proc(5); None when the thread is gone."""
     try:
         with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    # The command name (field 2) may hold spaces: split after its closing parenthesis.
+    # The command name (field 2) may hold spaces: split after its closing parenthesis (field 3 on).
     fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[39 - 3])
+    return [int(fields[n - 3]) for n in numbers]
+
+
+def thread_cpu(tid: int, pid: int | str = "self") -> int | None:
+    """The CPU thread ``tid`` of process ``pid`` last ran on (field 39, ``processor``).
+
+    This is where the thread really ran, which an affinity mask read back does not prove.
+    """
+    fields = _stat_field(tid, pid, 39)
+    return None if fields is None else fields[0]
 
 
 def thread_cpu_time(tid: int, pid: int | str = "self") -> int | None:
-    """User + system clock ticks thread ``tid`` has run (fields 14 and 15), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[14 - 3]) + int(fields[15 - 3])
+    """User + system clock ticks thread ``tid`` has run (fields 14 and 15)."""
+    fields = _stat_field(tid, pid, 14, 15)
+    return None if fields is None else sum(fields)
 
 
 @contextmanager
