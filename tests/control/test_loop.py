@@ -56,7 +56,8 @@ def start(loop) -> None:
 
 def test_chunks_drive_the_servos_and_the_queue_refills_before_it_empties(run, sim_arm, calibration):
     target = offset(shoulder_pan=12, elbow_flex=-8, gripper=10)
-    inference = ScriptedInference(lambda n, s: ramp(s, s + target if n == 1 else s))
+    # Inference takes four ticks at 50 Hz: the queue only stays fed if the next chunk is asked for early.
+    inference = ScriptedInference(lambda n, s: ramp(s, s + target if n == 1 else s), delay_s=0.08)
     loop = run(inference, n_action_steps=40)
     start0 = sim_arm.simulator.servo(1).position
     start(loop)
