@@ -71,7 +71,9 @@ def request_realtime(priority: int) -> str:
     if priority <= 0:
         return "SCHED_OTHER (rt_priority = 0)"
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        # RESET_ON_FORK: threads and processes this thread starts run SCHED_OTHER, so nothing it
+        # spawns can hog the control CPU at real-time priority.
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
     except OSError as e:
         return (
             f"SCHED_OTHER: SCHED_FIFO {priority} refused ({e.strerror}); grant it with LimitRTPRIO= "
