@@ -70,7 +70,8 @@ def _run_case(
         rate_hz=rate,
         n_action_steps=steps,
         streams=(StreamConfig(image, cam_ep, 500.0),),
-        safety=SafetyConfig(max_first_step_deg=360.0),
+        # and a slow model's first chunk (behind a saturating client) may take seconds on a small CPU
+        safety=SafetyConfig(max_first_step_deg=360.0, stall_timeout_s=30.0),
     )
     streams = ObservationStreams(config.streams, engine.manifest.inputs, cpus={control_cpu})
     streams.start()
