@@ -218,8 +218,11 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
                 f"x{row['speedup_vs_eager']:.2f} vs eager  parity {row['max_abs_err']:.2g} ({row['precision']})"
             )
         cs = result["cold_start"]
-        print(
-            f"cold start (openvino engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
-            f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
-        )
+        if "error" in cs:
+            print(f"cold start (openvino engine, fresh process): failed: {cs['error']}")
+        else:
+            print(
+                f"cold start (openvino engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
+                f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
+            )
     return 0
