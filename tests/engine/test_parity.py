@@ -122,9 +122,7 @@ class _Engine:
         return self.outputs
 
 
-@pytest.mark.parametrize(
-    ("precision", "expected_tol"), [("f32", 2e-5), ("bf16", 0.075), ("f16", 2e-5)]
-)
+@pytest.mark.parametrize(("precision", "expected_tol"), [("f32", 2e-5), ("bf16", 0.075), ("f16", 2e-5)])
 def test_run_parity_uses_the_tolerance_of_the_precision_that_runs(precision: str, expected_tol: float) -> None:
     ref = chunk()
     case = TestCase({"obs": chunk(3, (6,))}, {"action": ref}, {"f32": 2e-5, "bf16": 0.075})
