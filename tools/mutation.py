@@ -88,7 +88,10 @@ only_mutate = {toml_list(scope.modules)}
 pytest_add_cli_args_test_selection = {toml_list([*scope.tests, "-p", "no:cacheprovider", "-q"])}
 also_copy = ["configs", "systemd", "tools"]
 process_isolation = "forkserver"
-forkserver_warmup = "none"
+forkserver_warmup = "collect"
+# the machine is shared: a generous timeout, so a slow start is not taken for a killed mutant
+timeout_multiplier = 40.0
+timeout_constant = 5.0
 use_git_change_detection = false
 """
 

@@ -125,3 +125,28 @@ def test_arm_config_from_toml_table() -> None:
         from_mapping(ArmConfig, {"kind": "dynamixel"}, "arm")
     with pytest.raises(ConfigError, match=r"arm\.timeout_ms: expected an integer"):
         from_mapping(ArmConfig, {"timeout_ms": "fast"}, "arm")
+
+
+# drive_mode = 1: the joint is mounted mirrored, so positive degrees are the other way round in ticks.
+@pytest.mark.parametrize("raw", [758, 1200, 2025, 3000, 3292])
+def test_drive_mode_flips_degrees(raw: int) -> None:
+    straight = JointCalibration(id=1, range_min=758, range_max=3292)
+    mirrored = JointCalibration(id=1, range_min=758, range_max=3292, drive_mode=1)
+    assert mirrored.to_user(raw) == pytest.approx(-straight.to_user(raw))
+
+
+def test_drive_mode_flips_goals_to_the_other_side_of_mid() -> None:
+    straight = JointCalibration(id=1, range_min=1000, range_max=3000)
+    mirrored = JointCalibration(id=1, range_min=1000, range_max=3000, drive_mode=1)
+    ticks_per_deg = 4095 / 360
+    assert straight.to_raw(30.0) == (round(2000 + 30 * ticks_per_deg), False)
+    assert mirrored.to_raw(30.0) == (round(2000 - 30 * ticks_per_deg), False)
+    assert mirrored.to_raw(-30.0) == straight.to_raw(30.0)
+    assert mirrored.user_range == straight.user_range  # symmetric range, flipped ends
+
+
+def test_drive_mode_flips_percent() -> None:
+    straight = JointCalibration(id=6, range_min=2000, range_max=3000, mode="percent")
+    mirrored = JointCalibration(id=6, range_min=2000, range_max=3000, mode="percent", drive_mode=1)
+    assert straight.to_user(2250) == 25.0 and mirrored.to_user(2250) == 75.0
+    assert straight.to_raw(25.0) == (2250, False) and mirrored.to_raw(25.0) == (2750, False)

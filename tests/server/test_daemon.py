@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -43,7 +44,7 @@ def test_notify_ready_watchdog_and_graceful_stop(short_tmp: Path) -> None:
         while len(pings) < 6:
             if notify.recv(4096) == b"WATCHDOG=1":
                 pings.append(time.monotonic())
-        gaps = sorted(b - a for a, b in zip(pings, pings[1:], strict=False))
+        gaps = sorted(b - a for a, b in itertools.pairwise(pings))
         assert 0.4 <= gaps[len(gaps) // 2] <= 0.75, gaps
         assert gaps[-1] < 1.0, f"a gap reached systemd's watchdog timeout: {gaps}"
         proc.send_signal(signal.SIGTERM)

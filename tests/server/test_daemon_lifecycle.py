@@ -39,7 +39,7 @@ class RecordingNotifier(SystemdNotifier):
     def first(self, key: str) -> int:
         return next(i for i, (f, _, _) in enumerate(self.sent) if any(x.startswith(key) for x in f))
 
-    def keys(self) -> list[str]:
+    def fields(self) -> list[str]:
         return [x.split("=")[0] for f, _, _ in self.sent for x in f if not x.startswith("STATUS=")]
 
 
@@ -68,7 +68,7 @@ def test_ready_comes_only_after_the_arm_is_connected(engine: Engine, short_tmp: 
     assert arm_ok and serving, "READY=1 went out before the arm was connected and the server running"
     assert notifier.first("STATUS=connecting the arm") < ready
     assert any("arm sim" in f for f in fields)
-    assert notifier.keys() == ["READY", "STOPPING"]
+    assert notifier.fields() == ["READY", "STOPPING"]
 
 
 def test_no_ready_when_the_arm_cannot_be_reached(engine: Engine, short_tmp: Path) -> None:
@@ -79,8 +79,8 @@ def test_no_ready_when_the_arm_cannot_be_reached(engine: Engine, short_tmp: Path
             daemon.startup()
         finally:
             daemon.shutdown()
-    assert "READY" not in notifier.keys()
-    assert notifier.keys()[-1] == "STOPPING"
+    assert "READY" not in notifier.fields()
+    assert notifier.fields()[-1] == "STOPPING"
 
 
 def test_no_arm_ready_says_so(engine: Engine, short_tmp: Path) -> None:
