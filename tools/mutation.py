@@ -105,8 +105,14 @@ def run_scope(name: str, scope: Scope, max_children: int) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": ""}
     started = time.monotonic()
     with (where / "mutmut-run.log").open("w") as log:
-        subprocess.run([mutmut, "run", "--max-children", str(max_children)], cwd=where, env=env, stdout=log,
-                       stderr=subprocess.STDOUT, check=False)
+        subprocess.run(
+            [mutmut, "run", "--max-children", str(max_children)],
+            cwd=where,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
     subprocess.run([mutmut, "export-cicd-stats"], cwd=where, env=env, check=True, capture_output=True)
     stats: dict[str, object] = json.loads((where / "mutants" / "mutmut-cicd-stats.json").read_text())
     results = subprocess.run([mutmut, "results"], cwd=where, env=env, capture_output=True, text=True).stdout

@@ -102,7 +102,21 @@ def test_infinite_actions_fail() -> None:
 
 def test_a_shape_mismatch_fails_and_names_the_output() -> None:
     r = compare({"action": chunk(shape=(10, 5))}, {"action": chunk(shape=(10, 6))}, TOL)
-    assert not r.ok and r.output == "action" and r.max_abs_err == float("inf")
+    assert r.ok is False and r.output == "action" and r.max_abs_err == float("inf")
+    assert r.tolerance == TOL and r.index == () and np.isnan(r.got) and np.isnan(r.expected)
+
+
+def test_an_empty_output_does_not_end_the_comparison() -> None:
+    empty = np.zeros((0,), np.float32)
+    ref = {"empty": empty, "action": chunk()}
+    r = compare({"empty": empty, "action": ref["action"] + 1.0}, ref, TOL)
+    assert not r.ok and r.output == "action"
+
+
+def test_equal_errors_report_the_first_output() -> None:
+    ref = {"a": np.zeros(3), "b": np.zeros(3)}
+    r = compare({"a": np.array([0.0, 0.5, 0.0]), "b": np.array([0.5, 0.0, 0.0])}, ref, TOL)
+    assert (r.output, r.index) == ("a", (1,))
 
 
 def test_no_outputs_to_compare_passes() -> None:
@@ -137,3 +151,6 @@ def test_run_parity_defaults_to_the_f32_tolerance() -> None:
     case = TestCase({}, {"action": chunk()}, {})
     r = run_parity(_Engine("f32", {"action": chunk() + 1e-5}), case)  # type: ignore[arg-type]
     assert r.tolerance == 2e-5 and r.ok
+    # a precision the bundle has no tolerance for falls back to the bundle's own f32 tolerance
+    case = TestCase({}, {"action": chunk()}, {"f32": 1e-3})
+    assert run_parity(_Engine("f16", {"action": chunk()}), case).tolerance == 1e-3  # type: ignore[arg-type]
