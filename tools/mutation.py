@@ -43,7 +43,7 @@ SCOPES: dict[str, Scope] = {
         ("tests/server/test_codec.py",),
     ),
     "security": Scope(
-        ("runtime/server/security.py",),
+        ("runtime/server/security.py", "runtime/server/endpoints.py"),
         ("tests/server/test_security.py", "tests/server/test_security_restart.py"),
     ),
     "lifecycle": Scope(

@@ -25,7 +25,10 @@ def runtime_dir() -> Path:
         return Path(systemd_dirs.split(":")[0])
     xdg = os.environ.get("XDG_RUNTIME_DIR", "")
     path = Path(xdg) / APP_DIR if xdg else Path("/tmp") / f"{APP_DIR}-{os.getuid()}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # something that is not a directory: refused below with the reason
     st = path.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise ConfigError(
