@@ -97,7 +97,7 @@ def _keys(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def test_load_server_curve(tmp_path: Path) -> None:
     assert load_server_curve(CurveConfig()) is None
-    server_pub, server_sec, allowed = _keys(tmp_path)
+    _, server_sec, allowed = _keys(tmp_path)
     curve = load_server_curve(CurveConfig(str(server_sec), str(allowed)))
     assert curve is not None
     public, secret = zmq.auth.load_certificate(server_sec)
