@@ -59,10 +59,15 @@ SCOPES: dict[str, Scope] = {
 }
 
 
-def _copy_tree(dst: Path) -> None:
-    """The working tree as git sees it (tracked and untracked-but-not-ignored files)."""
+def _copy_tree(dst: Path, rev: str | None) -> None:
+    """The working tree as git sees it (tracked and untracked-but-not-ignored files), or a revision."""
     if dst.exists():
         shutil.rmtree(dst)
+    if rev is not None:
+        dst.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
+        return
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
     ).stdout.split(b"\0")
@@ -93,12 +98,19 @@ forkserver_warmup = "collect"
 timeout_multiplier = 40.0
 timeout_constant = 5.0
 use_git_change_detection = false
+# What is logged is read by people, not asserted by tests (except where a log line is the behaviour):
+# log calls are left alone so the score counts decisions, not wording.
+do_not_mutate_patterns = ['^\\s*log\\.(debug|info|warning|error|exception)\\(']
 """
 
 
-def run_scope(name: str, scope: Scope, max_children: int) -> dict[str, object]:
-    where = WORK / name
-    _copy_tree(where)
+def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None) -> dict[str, object]:
+    where = WORK / (name if rev is None else f"{name}@{rev}")
+    _copy_tree(where, rev)
+    # at an older revision, only the test files that existed then
+    scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t).exists()))
+    if not scope.tests:
+        return {"skipped": f"none of the scope's test files exist at {rev}"}
     with (where / "pyproject.toml").open("a") as fh:
         fh.write(_config(scope))
     mutmut = str(Path(sys.executable).with_name("mutmut"))
@@ -133,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("scopes", nargs="*", metavar="SCOPE", help=f"one of {', '.join(SCOPES)} (default: all)")
     p.add_argument("--list", action="store_true", help="print each scope's modules and tests, then exit")
     p.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--rev", help="mutate this git revision instead of the working tree (a 'before' score)")
+    p.add_argument("--tests", nargs="+", help="run these test paths instead of the scope's own")
     args = p.parse_args(argv)
     if args.list:
         for name, scope in SCOPES.items():
@@ -146,10 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = WORK / "summary.json"
     summary: dict[str, dict[str, object]] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     for name in names:
-        print(f"== {name}: {', '.join(SCOPES[name].modules)}", flush=True)
-        stats = run_scope(name, SCOPES[name], args.max_children)
-        summary[name] = stats
+        scope = SCOPES[name] if not args.tests else Scope(SCOPES[name].modules, tuple(args.tests))
+        print(f"== {name}: {', '.join(scope.modules)}; tests {', '.join(scope.tests)}", flush=True)
+        stats = run_scope(name, scope, args.max_children, args.rev)
+        summary[name if args.rev is None else f"{name}@{args.rev}"] = stats
         summary_path.write_text(json.dumps(summary, indent=2))
+        if "skipped" in stats:
+            print(f"   skipped: {stats['skipped']}")
+            continue
         print(
             f"   killed {stats.get('killed')} + timeout {stats.get('timeout')}, survived {stats.get('survived')}, "
             f"no tests {stats.get('no_tests')}, other {stats.get('segfault')} segfault / {stats.get('suspicious')} "
