@@ -26,9 +26,7 @@ def test_read_state_reports_all_values(bus: SerialServoBus, protocol: str) -> No
     assert list(state) == list(bus.joints)
     for name, s in state.items():
         assert (
-            s.position == pytest.approx(0.0, abs=0.1)
-            if name != "gripper"
-            else s.position == pytest.approx(50, abs=0.1)
+            s.position == pytest.approx(0.0, abs=0.1) if name != "gripper" else s.position == pytest.approx(50, abs=0.1)
         )
         assert s.voltage_v == (12.0 if protocol == "feetech" else 5.0)
         assert s.temperature_c == 31
@@ -111,9 +109,7 @@ def test_not_connected_and_calibration_mismatch(protocol: str, so101: Calibratio
         bus = SimBus(protocol)(sim.port, so101)
         with pytest.raises(NotConnectedError):
             bus.read_positions()
-        with pytest.raises(
-            BusError, match=r"homing offsets .* differ .*shoulder_pan: servo has 0, file has -1470"
-        ):
+        with pytest.raises(BusError, match=r"homing offsets .* differ .*shoulder_pan: servo has 0, file has -1470"):
             bus.connect()
         assert not bus.is_connected
         bus.on_calibration_mismatch = "write"

@@ -85,9 +85,7 @@ def test_shipped_sim_calibration_matches_lerobot_layout() -> None:
         ({"id": None}, r"joint 'elbow_flex'.*joints.elbow_flex.id: expected an integer"),
     ],
 )
-def test_bad_calibration_names_joint_and_key(
-    tmp_path: Path, joint_patch: dict[str, object], message: str
-) -> None:
+def test_bad_calibration_names_joint_and_key(tmp_path: Path, joint_patch: dict[str, object], message: str) -> None:
     data = json.loads(json.dumps(LEROBOT_SO101))
     data["elbow_flex"].update(joint_patch)
     path = tmp_path / "bad.json"

@@ -43,9 +43,7 @@ def test_dxl_read_status_example() -> None:
 
 def test_dxl_write_example() -> None:
     # Write 512 to Goal Position (116) of ID 1.
-    assert dxl.CODEC.write(1, 116, (512).to_bytes(4, "little")) == h(
-        "FF FF FD 00 01 09 00 03 74 00 00 02 00 00 CA 89"
-    )
+    assert dxl.CODEC.write(1, 116, (512).to_bytes(4, "little")) == h("FF FF FD 00 01 09 00 03 74 00 00 02 00 00 CA 89")
 
 
 def test_dxl_sync_read_example() -> None:
