@@ -96,7 +96,9 @@ def test_feetech_sync_write_layout() -> None:
     packet = ft.CODEC.sync_write(42, 2, [(1, b"\x00\x08"), (2, b"\xff\x07")])
     assert packet[:7] == h("FF FF FE 0A 83 2A 02")
     assert packet[7:-1] == h("01 00 08 02 FF 07")
-    assert packet[-1] == ft.checksum(packet[2:-1])
+    # ~(FE + 0A + 83 + 2A + 02 + 01 + 00 + 08 + 02 + FF + 07) = ~0x2C8 -> 0x37, worked by hand (a checksum
+    # computed by the code under test could not catch a checksum bug)
+    assert packet[-1] == 0x37
 
 
 def test_feetech_corrupt_and_short_packets() -> None:
@@ -110,6 +112,96 @@ def test_feetech_corrupt_and_short_packets() -> None:
 
 def test_feetech_error_bits() -> None:
     assert ft.decode_error(0x20 | 0x04) == ("overheat", "overload")
+    assert ft.decode_error(0x01 | 0x02 | 0x08) == ("voltage", "angle", "overcurrent")
+    assert ft.decode_error(0x40 | 0x01) == ("voltage", "bit 0x40")
+    assert ft.decode_error(0) == ()
+
+
+# Packets worked by hand from the frame definition: checksum = ~(ID + LEN + INSTR + params) & 0xFF.
+@pytest.mark.parametrize(
+    ("packet", "expected"),
+    [
+        (ft.CODEC.write(1, 42, b"\x00\x08"), "FF FF 01 05 03 2A 00 08 C4"),  # Goal_Position = 2048
+        (ft.CODEC.read(1, 56, 2), "FF FF 01 04 02 38 02 BE"),  # Present_Position
+        (ft.CODEC.sync_read([1, 2], 56, 2), "FF FF FE 06 82 38 02 01 02 3C"),
+        (ft.CODEC.instruction(1, 0x05, b""), "FF FF 01 02 05 F7"),  # ACTION
+        (ft.CODEC.status(1, 0x20, b""), "FF FF 01 02 20 DC"),  # overload, no params
+        (ft.CODEC.status(254, 0, b"\xff" * 3), "FF FF FE 05 00 FF FF FF FF"),  # sum 0x400: ~0 = FF
+    ],
+)
+def test_feetech_packets_worked_by_hand(packet: bytes, expected: str) -> None:
+    assert packet == h(expected)
+
+
+def test_feetech_decoding_and_sizes() -> None:
+    st = ft.CODEC.decode_status(h("FF FF 01 02 20 DC"))
+    assert (st.servo_id, st.error, st.params) == (1, 0x20, b"")
+    assert ft.CODEC.status_size(2) == 8 and ft.CODEC.status_size(0) == 6
+    assert ft.CODEC.header_index(b"\x00\xff\x01\xff\xff\x01") == 3
+    assert ft.CODEC.header_index(b"\x00\xff") == -1
+    assert ft.CODEC.body_length(h("FF FF 01 02")) == 2
+
+
+def test_feetech_refusals_say_why() -> None:
+    with pytest.raises(GarbledPacketError, match="Feetech length byte 1 is below the minimum of 2"):
+        ft.CODEC.body_length(h("FF FF 01 01"))
+    with pytest.raises(GarbledPacketError, match="bad Feetech header ff ff 01"):
+        ft.CODEC.body_length(h("FF FF 01"))
+    with pytest.raises(GarbledPacketError, match="Feetech packet is 7 bytes, its length byte says 6"):
+        ft.CODEC.decode_status(h("FF FF 01 02 00 FC 00"))
+    with pytest.raises(ChecksumError, match="Feetech checksum 0xFD != 0xFC in ff ff 01 02 00 fd") as info:
+        ft.CODEC.decode_status(h("FF FF 01 02 00 FD"))
+    assert info.value.servo_id == 1
+    with pytest.raises(ValueError, match="servo id 255 is outside 0..254"):
+        ft.CODEC.ping(255)
+    with pytest.raises(ValueError, match="servo id -1 is outside"):
+        ft.CODEC.ping(-1)
+    assert ft.CODEC.write(1, 0, b"\x00" * 0xFC)[3] == 0xFF  # the largest packet
+    with pytest.raises(ValueError, match="254 parameter bytes do not fit one Feetech packet"):
+        ft.CODEC.write(1, 0, b"\x00" * 0xFD)
+    with pytest.raises(ValueError, match="sync write to id 2: 1 data bytes, expected 2"):
+        ft.CODEC.sync_write(42, 2, [(1, b"\x00\x08"), (2, b"\x00")])
+
+
+def test_dxl_decoding_and_sizes() -> None:
+    assert dxl.CODEC.status_size(4) == 15 and dxl.CODEC.status_size(0) == 11
+    assert dxl.CODEC.header_index(b"\x00\xff\xff\xfd\x00\x01") == 1
+    assert dxl.CODEC.header_index(b"\xff\xff\xfd\x01") == -1
+    assert dxl.CODEC.body_length(h("FF FF FD 00 01 03 00")) == 3
+    assert dxl.CODEC.body_length(h("FF FF FD 00 01 03 01")) == 0x103
+
+
+def test_dxl_refusals_say_why() -> None:
+    with pytest.raises(GarbledPacketError, match="Dynamixel length 2 is below the minimum of 3"):
+        dxl.CODEC.body_length(h("FF FF FD 00 01 02 00"))
+    with pytest.raises(GarbledPacketError, match="bad Dynamixel header ff ff fd 01 01 03 00"):
+        dxl.CODEC.body_length(h("FF FF FD 01 01 03 00"))
+    with pytest.raises(GarbledPacketError, match="Dynamixel packet is 15 bytes, its length says 14"):
+        dxl.CODEC.decode_status(h("FF FF FD 00 01 07 00 55 00 A6 00 00 00 8C C0"))
+    with pytest.raises(ChecksumError, match="Dynamixel CRC 0xC18C != 0xC08C") as info:
+        dxl.CODEC.decode_status(h("FF FF FD 00 01 08 00 55 00 A6 00 00 00 8C C1"))
+    assert info.value.servo_id == 1
+    # an instruction packet where a status is expected (the bus hearing its own echo)
+    with pytest.raises(GarbledPacketError, match="not a Dynamixel status packet") as garbled:
+        dxl.CODEC.decode_status(dxl.CODEC.read(1, 132, 4))
+    assert garbled.value.servo_id == 1
+    with pytest.raises(ValueError, match="servo id 255 is outside 0..254"):
+        dxl.CODEC.ping(255)
+    with pytest.raises(ValueError, match="sync write to id 1: 3 data bytes, expected 4"):
+        dxl.CODEC.sync_write(116, 4, [(1, b"\x00\x00\x00")])
+
+
+def test_dxl_error_numbers() -> None:
+    assert dxl.decode_error(0) == ()
+    assert dxl.decode_error(0x03) == ("crc error",)
+    assert dxl.decode_error(0x09) == ("error number 9",)
+    assert dxl.decode_error(0x80) == ("hardware alert",)
+    assert dxl.decode_error(0x80 | 0x04, 0x01 | 0x08 | 0x10) == (
+        "data range error",
+        "voltage",
+        "encoder",
+        "electrical shock",
+    )
 
 
 def test_register_encodings() -> None:
