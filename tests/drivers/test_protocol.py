@@ -152,7 +152,7 @@ def test_feetech_refusals_say_why() -> None:
     with pytest.raises(ChecksumError, match="Feetech checksum 0xFD != 0xFC in ff ff 01 02 00 fd") as info:
         ft.CODEC.decode_status(h("FF FF 01 02 00 FD"))
     assert info.value.servo_id == 1
-    with pytest.raises(ValueError, match="servo id 255 is outside 0..254"):
+    with pytest.raises(ValueError, match=r"servo id 255 is outside 0\.\.254"):
         ft.CODEC.ping(255)
     with pytest.raises(ValueError, match="servo id -1 is outside"):
         ft.CODEC.ping(-1)
@@ -185,7 +185,7 @@ def test_dxl_refusals_say_why() -> None:
     with pytest.raises(GarbledPacketError, match="not a Dynamixel status packet") as garbled:
         dxl.CODEC.decode_status(dxl.CODEC.read(1, 132, 4))
     assert garbled.value.servo_id == 1
-    with pytest.raises(ValueError, match="servo id 255 is outside 0..254"):
+    with pytest.raises(ValueError, match=r"servo id 255 is outside 0\.\.254"):
         dxl.CODEC.ping(255)
     with pytest.raises(ValueError, match="sync write to id 1: 3 data bytes, expected 4"):
         dxl.CODEC.sync_write(116, 4, [(1, b"\x00\x00\x00")])
