@@ -8,6 +8,8 @@ sent before the arm is connected, or a watchdog pinged at the wrong pace, fails 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,152 @@ def test_signals_set_flags_only() -> None:
     assert not d.force_exit
     d.handle_exit(signal.SIGINT, None)
     assert d.force_exit
+
+
+class FakeArm:
+    """Stands in for ArmMonitor in on_tick/shutdown tests: counts polls, reports health, closes."""
+
+    def __init__(self, close_ok: bool = True) -> None:
+        self.polls: list[float] = []
+        self.healthy = True
+        self.last_error = ""
+        self.closed = 0
+        self.close_ok = close_ok
+        self.bus = object()
+
+    def poll(self) -> None:
+        self.polls.append(0.0)
+
+    def close(self) -> bool:
+        self.closed += 1
+        return self.close_ok
+
+
+def make_settings_daemon(engine: Engine, short_tmp: Path, **settings: float) -> tuple[Daemon, RecordingNotifier]:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(**settings),
+    )
+    notifier = RecordingNotifier()
+    daemon = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    notifier.daemon = daemon
+    return daemon, notifier
+
+
+def test_arm_poll_and_stats_line_pace(engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
+    daemon, notifier = make_settings_daemon(engine, short_tmp, tick_s=0.05, arm_poll_s=0.5, stats_log_interval_s=2.0)
+    try:
+        daemon.startup()
+        arm = FakeArm()
+        daemon.arm = arm  # type: ignore[assignment]
+        daemon._last_arm_poll = daemon._last_stats = 0.0
+        notifier.sent.clear()
+        with caplog.at_level("INFO", logger="runtime.daemon"):
+            for k in range(1, 101):  # 5 s of 50 ms ticks
+                if k == 61:
+                    arm.healthy, arm.last_error = False, "servo 3 did not answer"
+                daemon.on_tick(k / 20)
+        assert len(arm.polls) == 10
+        statuses = [f[0] for f, _, _ in notifier.sent]
+        assert len(statuses) == 2 and all(s.startswith("STATUS=requests: ") for s in statuses)
+        assert statuses[0].endswith("; arm ok")
+        assert statuses[1].endswith("; arm FAILING: servo 3 did not answer")
+        assert caplog.text.count("stats: requests:") == 2
+    finally:
+        daemon.arm = None
+        daemon.shutdown()
+
+
+def test_no_stats_line_when_its_interval_is_zero(engine: Engine, short_tmp: Path) -> None:
+    daemon, notifier = make_settings_daemon(engine, short_tmp, tick_s=0.05, stats_log_interval_s=0)
+    try:
+        daemon.startup()
+        notifier.sent.clear()
+        for k in range(1, 200):
+            daemon.on_tick(k / 20)
+        assert notifier.sent == []
+    finally:
+        daemon.shutdown()
+
+
+def test_main_loop_ends_when_asked(engine: Engine, short_tmp: Path) -> None:
+    daemon, _ = make_settings_daemon(engine, short_tmp, tick_s=0.02)
+    try:
+        daemon.startup()
+        timer = threading.Timer(0.3, lambda: daemon.handle_exit(signal.SIGTERM, None))
+        timer.start()
+        started = time.monotonic()
+        daemon.main_loop()
+        assert 0.25 < time.monotonic() - started < 10
+        assert not daemon.failed
+    finally:
+        daemon.shutdown()
+
+
+def test_main_loop_fails_when_the_server_dies(engine: Engine, short_tmp: Path) -> None:
+    daemon, _ = make_settings_daemon(engine, short_tmp, tick_s=0.02)
+    daemon.startup()
+    assert daemon.server is not None
+    server = daemon.server
+    server.stop(0.0)
+    daemon.main_loop()  # returns by itself
+    assert daemon.failed and not daemon.should_exit
+    daemon.shutdown()
+
+
+def test_shutdown_order_and_a_failed_torque_off(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    daemon, notifier = make_settings_daemon(engine, short_tmp, tick_s=0.05, graceful_timeout_s=3.0)
+    daemon.startup()
+    arm = FakeArm(close_ok=False)
+    daemon.arm = arm  # type: ignore[assignment]
+    notifier.sent.clear()
+    with caplog.at_level("INFO", logger="runtime.daemon"):
+        daemon.shutdown()
+    assert notifier.sent[0][0] == ("STOPPING=1", "STATUS=shutting down")
+    assert arm.closed == 1 and daemon.arm is None and daemon.server is None
+    assert daemon.failed  # torque could not be confirmed off: the exit status says so
+    assert "stopping (up to 3 s for queued requests)" in caplog.text and "final stats" in caplog.text
+    daemon.shutdown()  # a second shutdown finds nothing left to stop
+    assert arm.closed == 1
+
+
+def test_forced_shutdown_does_not_wait(engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
+    daemon, _ = make_settings_daemon(engine, short_tmp, tick_s=0.05, graceful_timeout_s=30.0)
+    daemon.startup()
+    daemon.force_exit = True
+    with caplog.at_level("INFO", logger="runtime.daemon"):
+        daemon.shutdown()
+    assert "stopping (forced)" in caplog.text and not daemon.failed
+
+
+def test_run_exits_zero_and_restores_the_signal_handlers(engine: Engine, short_tmp: Path) -> None:
+    daemon, notifier = make_settings_daemon(engine, short_tmp, tick_s=0.02)
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list[object] = []
+
+    def on_ready(*fields: str) -> bool:
+        if any(f == "READY=1" for f in fields):
+            seen.append(signal.getsignal(signal.SIGTERM))
+            daemon.handle_exit(signal.SIGTERM, None)
+        return True
+
+    notifier.notify = on_ready  # type: ignore[method-assign]
+    assert daemon.run() == 0
+    assert seen == [daemon.handle_exit]  # installed while running
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_run_exits_one_when_the_arm_is_not_released(engine: Engine, short_tmp: Path) -> None:
+    daemon, notifier = make_settings_daemon(engine, short_tmp, tick_s=0.02)
+
+    def on_ready(*fields: str) -> bool:
+        if any(f == "READY=1" for f in fields):
+            daemon.arm = FakeArm(close_ok=False)  # type: ignore[assignment]
+            daemon.should_exit = True
+        return True
+
+    notifier.notify = on_ready  # type: ignore[method-assign]
+    assert daemon.run() == 1
