@@ -40,7 +40,12 @@ SCOPES: dict[str, Scope] = {
     "validation": Scope(("runtime/engine/validate.py",), ("tests/engine/test_validate.py",)),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
-        ("tests/server/test_codec.py", "tests/server/test_codec_replies.py", "tests/server/test_arrays.py"),
+        (
+            "tests/server/test_codec.py",
+            "tests/server/test_codec_replies.py",
+            "tests/server/test_codec_requests.py",
+            "tests/server/test_arrays.py",
+        ),
     ),
     "security": Scope(
         ("runtime/server/security.py", "runtime/server/endpoints.py"),

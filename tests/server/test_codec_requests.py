@@ -145,7 +145,8 @@ def test_the_four_kinds_decode() -> None:
             [pack({"v": 1, "id": 3, "kind": "teleop.move"})],
             (
                 "unsupported_kind",
-                "kind 'teleop.move' is reserved for a later protocol version; this server answers hello, infer, ping, stats",
+                "kind 'teleop.move' is reserved for a later protocol version; "
+                "this server answers hello, infer, ping, stats",
                 "kind",
                 KINDS,
                 "'teleop.move'",
