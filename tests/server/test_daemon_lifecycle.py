@@ -51,7 +51,7 @@ def make_daemon(
     config = DaemonConfig(
         server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
         arm=arm,
-        daemon=DaemonSettings(tick_s=0.05, graceful_timeout_s=1.0, stats_log_interval_s=0),
+        daemon=DaemonSettings(tick_s=0.05, graceful_timeout_s=1.0, stats_log_interval_s=0, arm_wait_s=1.0),
     )
     notifier = RecordingNotifier(watchdog_usec)
     daemon = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
@@ -143,6 +143,9 @@ class FakeArm:
 
     def poll(self) -> None:
         self.polls.append(0.0)
+
+    def describe(self) -> str:
+        return "arm ok" if self.healthy else f"arm FAILING: {self.last_error}"
 
     def close(self) -> bool:
         self.closed += 1
