@@ -116,7 +116,7 @@ def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None
     # at an older revision, only the test files that existed then
     scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t).exists()))
     if not scope.tests:
-        return {"skipped": f"none of the scope's test files exist at {rev}"}
+        return {"not_run": f"none of the scope's test files exist at {rev}"}
     with (where / "pyproject.toml").open("a") as fh:
         fh.write(_config(scope))
     mutmut = str(Path(sys.executable).with_name("mutmut"))
@@ -171,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = run_scope(name, scope, args.max_children, args.rev)
         summary[name if args.rev is None else f"{name}@{args.rev}"] = stats
         summary_path.write_text(json.dumps(summary, indent=2))
-        if "skipped" in stats:
-            print(f"   skipped: {stats['skipped']}")
+        if "not_run" in stats:
+            print(f"   not run: {stats['not_run']}")
             continue
         print(
             f"   killed {stats.get('killed')} + timeout {stats.get('timeout')}, survived {stats.get('survived')}, "
