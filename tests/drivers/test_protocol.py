@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from drivers.dynamixel import protocol as dxl
@@ -121,16 +123,17 @@ def test_feetech_error_bits() -> None:
 @pytest.mark.parametrize(
     ("packet", "expected"),
     [
-        (ft.CODEC.write(1, 42, b"\x00\x08"), "FF FF 01 05 03 2A 00 08 C4"),  # Goal_Position = 2048
-        (ft.CODEC.read(1, 56, 2), "FF FF 01 04 02 38 02 BE"),  # Present_Position
-        (ft.CODEC.sync_read([1, 2], 56, 2), "FF FF FE 06 82 38 02 01 02 3C"),
-        (ft.CODEC.instruction(1, 0x05, b""), "FF FF 01 02 05 F7"),  # ACTION
-        (ft.CODEC.status(1, 0x20, b""), "FF FF 01 02 20 DC"),  # overload, no params
-        (ft.CODEC.status(254, 0, b"\xff" * 3), "FF FF FE 05 00 FF FF FF FF"),  # sum 0x400: ~0 = FF
+        (lambda: ft.CODEC.write(1, 42, b"\x00\x08"), "FF FF 01 05 03 2A 00 08 C4"),  # Goal_Position = 2048
+        (lambda: ft.CODEC.read(1, 56, 2), "FF FF 01 04 02 38 02 BE"),  # Present_Position
+        (lambda: ft.CODEC.sync_read([1, 2], 56, 2), "FF FF FE 06 82 38 02 01 02 3C"),
+        (lambda: ft.CODEC.instruction(1, 0x05, b""), "FF FF 01 02 05 F7"),  # ACTION
+        (lambda: ft.CODEC.status(1, 0x20, b""), "FF FF 01 02 20 DC"),  # overload, no params
+        (lambda: ft.CODEC.status(254, 0, b"\xff" * 3), "FF FF FE 05 00 FF FF FF FF"),  # sum 0x400: ~0 = FF
     ],
 )
-def test_feetech_packets_worked_by_hand(packet: bytes, expected: str) -> None:
-    assert packet == h(expected)
+def test_feetech_packets_worked_by_hand(packet: Callable[[], bytes], expected: str) -> None:
+    # built inside the test, not at collection, so the codec runs with each mutation applied
+    assert packet() == h(expected)
 
 
 def test_feetech_decoding_and_sizes() -> None:
@@ -211,3 +214,50 @@ def test_register_encodings() -> None:
     assert tc.to_bytes(-1) == b"\xff\xff\xff\xff" and tc.from_bytes(b"\xff\xff\xff\xff") == -1
     with pytest.raises(ValueError):
         Register(42, 2).encode(70000)
+
+
+@pytest.mark.parametrize(
+    ("register", "value", "raw"),
+    [
+        (Register(31, 2, sign_bit=11), 2047, 2047),
+        (Register(31, 2, sign_bit=11), -2047, 0x0FFF),
+        (Register(31, 2, sign_bit=11), -1, 0x0801),
+        (Register(58, 2, sign_bit=15), -32767, 0xFFFF),
+        (Register(20, 4, twos_complement=True), -(2**31), 0x80000000),
+        (Register(20, 4, twos_complement=True), 2**31 - 1, 0x7FFFFFFF),
+        (Register(126, 2, twos_complement=True), -2, 0xFFFE),
+        (Register(42, 2), 65535, 0xFFFF),
+        (Register(42, 2), 0, 0),
+        (Register(5, 1), 255, 0xFF),
+    ],
+)
+def test_register_encodings_at_their_edges(register: Register, value: int, raw: int) -> None:
+    assert register.encode(value) == raw
+    assert register.decode(raw) == value
+    data = b"\x00" * 3 + raw.to_bytes(register.size, "little") + b"\x00"
+    assert register.to_bytes(value) == raw.to_bytes(register.size, "little")
+    assert register.from_bytes(data, 3) == value
+
+
+@pytest.mark.parametrize(
+    ("register", "value", "message"),
+    [
+        (Register(31, 2, sign_bit=11), 2048, "2048 does not fit a sign-magnitude field of 11 bits"),
+        (Register(31, 2, sign_bit=11), -2048, "-2048 does not fit a sign-magnitude field of 11 bits"),
+        (Register(20, 4, twos_complement=True), 2**31, f"{2**31} does not fit a signed 4-byte field"),
+        (Register(20, 4, twos_complement=True), -(2**31) - 1, f"{-(2**31) - 1} does not fit a signed 4-byte field"),
+        (Register(42, 2), 65536, "65536 does not fit an unsigned 2-byte field"),
+        (Register(42, 2), -1, "-1 does not fit an unsigned 2-byte field"),
+    ],
+)
+def test_register_values_that_do_not_fit(register: Register, value: int, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        register.encode(value)
+    assert str(info.value) == message
+
+
+def test_register_defaults() -> None:
+    r = Register(7, 1)
+    assert (r.access, r.sign_bit, r.twos_complement) == ("RW", None, False)
+    assert r.decode(0x80) == 0x80  # unsigned: the top bit is just a bit
+    assert Register(56, 2, sign_bit=15).decode(0x8000) == 0  # "minus zero" reads as 0
