@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runtime.bundle.manifest import TensorSpec
-from runtime.engine.validate import validate_inputs
+from runtime.engine.validate import check_finite, validate_inputs
 from runtime.errors import InputValidationError
 
 SPECS = (
@@ -93,3 +93,60 @@ def test_wrong_shape(shape: tuple[int, ...]) -> None:
 def test_the_first_bad_input_in_spec_order_is_named() -> None:
     inputs = {"observation.state": np.zeros(5, np.float32), "observation.images.front": np.zeros(1, np.uint8)}
     assert refused(inputs).field == "observation.images.front"
+
+
+def finite_specs() -> tuple[TensorSpec, ...]:
+    return (
+        TensorSpec("observation.state", "float32", (2, 3), "state"),
+        TensorSpec("observation.images.front", "uint8", (2,), "image"),
+        TensorSpec("observation.extra", "float64", (3,), "other"),
+    )
+
+
+def finite_arrays() -> list[np.ndarray]:
+    return [np.zeros((2, 3), np.float32), np.zeros(2, np.uint8), np.zeros(3, np.float64)]
+
+
+def test_finite_inputs_pass() -> None:
+    check_finite(finite_specs(), finite_arrays())
+    arrays = finite_arrays()
+    arrays[2] = np.array([1e308, 1e308, -1e308])  # finite values whose float64 sum overflows
+    check_finite(finite_specs(), arrays)
+    empty = (TensorSpec("e", "float32", (0,)),)
+    check_finite(empty, [np.zeros(0, np.float32)])
+
+
+@pytest.mark.parametrize(("bad", "shown"), [(np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_non_finite_input_is_refused_and_located(bad: float, shown: str) -> None:
+    arrays = finite_arrays()
+    arrays[0][1, 2] = bad
+    arrays[0][1, 0] = 5.0
+    with pytest.raises(InputValidationError) as info:
+        check_finite(finite_specs(), arrays)
+    e = info.value
+    assert str(e) == (
+        f"input 'observation.state': 1 of 6 values are not finite (first: {shown} at index [1, 2]); "
+        "send finite numbers, or list the input in server.allow_non_finite"
+    )
+    assert (e.field, e.expected, e.received) == (
+        "observation.state",
+        "finite values",
+        f"1 non-finite ({shown} at [1, 2])",
+    )
+
+
+def test_every_non_finite_value_is_counted_and_the_first_named() -> None:
+    arrays = finite_arrays()
+    arrays[2][:] = [1.0, np.inf, np.nan]
+    with pytest.raises(InputValidationError) as info:
+        check_finite(finite_specs(), arrays)
+    assert "2 of 3 values are not finite (first: inf at index [1])" in str(info.value)
+    assert info.value.field == "observation.extra"
+
+
+def test_allowed_inputs_may_carry_non_finite_values() -> None:
+    arrays = finite_arrays()
+    arrays[0][0, 0] = np.nan
+    check_finite(finite_specs(), arrays, allowed=("observation.state",))
+    with pytest.raises(InputValidationError):
+        check_finite(finite_specs(), arrays, allowed=("observation.extra",))
