@@ -170,3 +170,14 @@ def test_runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "lerobot-runtime").write_text("a file, not a directory")
     with pytest.raises(ConfigError, match=f"is not a directory owned by uid {os.getuid()}"):
         runtime_dir()
+
+
+def test_runtime_dir_fallbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "not" / "yet"))  # parents are created
+    assert runtime_dir() == tmp_path / "not" / "yet" / "lerobot-runtime"
+    assert runtime_dir().is_dir()  # and a second call finds it
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    path = runtime_dir()
+    assert path == Path("/tmp") / f"lerobot-runtime-{os.getuid()}" and path.is_dir()
+    assert runtime_dir() == path
