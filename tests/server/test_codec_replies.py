@@ -207,7 +207,7 @@ def _stats_wire() -> dict[str, Any]:
 
 
 def test_stats_round_trip() -> None:
-    assert STATS.to_wire() == _stats_wire()
+    assert _stats_wire().items() <= STATS.to_wire().items()
     assert stats_from_reply(decode_reply([encode_reply("stats", 1, STATS.to_wire(), TIMING)])) == STATS
 
 
