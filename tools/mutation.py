@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         scope = SCOPES[name] if not args.tests else Scope(SCOPES[name].modules, tuple(args.tests))
         print(f"== {name}: {', '.join(scope.modules)}; tests {', '.join(scope.tests)}", flush=True)
         stats = run_scope(name, scope, args.max_children, args.rev)
+        # re-read first: another run may have finished a scope meanwhile
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
         summary[name if args.rev is None else f"{name}@{args.rev}"] = stats
         summary_path.write_text(json.dumps(summary, indent=2))
         if "not_run" in stats:
