@@ -231,3 +231,21 @@ def test_dynamixel_sim_answers_the_e_manual_examples() -> None:
         raw.write(bytes.fromhex("ff ff fd 00 01 09 00 03 74 00 00 02 00 00 ca 89"))  # Goal_Position = 512
         assert raw.read(11) == bytes.fromhex("ff ff fd 00 01 04 00 55 00 a1 0c")
     assert sim.servo(1).goal_log[-1][1] == 512
+
+
+def test_the_servo_side_shares_no_code_with_the_drivers() -> None:
+    # A bug made the same way on both sides of the wire would be invisible: the simulated servos
+    # (everything but SimArm, which connects a real driver to them) import nothing of the drivers.
+    import ast
+    from pathlib import Path
+
+    forbidden = ("drivers.packets", "drivers.registers", "drivers.feetech", "drivers.dynamixel", "drivers.bus")
+    sim_dir = Path(__file__).resolve().parents[2] / "drivers" / "sim"
+    for path in sorted(sim_dir.glob("*.py")):
+        if path.name == "arm.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not [n for n in names if n.startswith(forbidden)], f"{path.name} imports {names}"
