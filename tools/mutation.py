@@ -136,6 +136,9 @@ def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None
     results = subprocess.run([mutmut, "results"], cwd=where, env=env, capture_output=True, text=True).stdout
     survivors = [line.strip().split(":")[0] for line in results.splitlines() if line.strip().endswith(": survived")]
     stats["survivors"] = survivors
+    if not any(int(str(stats.get(k, 0))) for k in ("killed", "survived", "no_tests", "timeout")):
+        # e.g. the tests failed before any mutant ran ("failed to collect stats"): no score at all
+        stats["not_run"] = f"mutmut checked no mutant; see {where / 'mutmut-run.log'}"
     stats["seconds"] = round(time.monotonic() - started)
     return stats
 
