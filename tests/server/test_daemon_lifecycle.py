@@ -243,6 +243,9 @@ def test_shutdown_order_and_a_failed_torque_off(
     assert arm.closed == 1
 
 
+# A forced stop leaves a busy worker behind by design; on a loaded machine its ZeroMQ context can then
+# be collected while still open, which pytest reports as an unraisable exception.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_forced_shutdown_does_not_wait(engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
     daemon, _ = make_settings_daemon(engine, short_tmp, tick_s=0.05, graceful_timeout_s=30.0)
     daemon.startup()
