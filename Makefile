@@ -15,7 +15,7 @@ OPT       := $(ROOT)/opt/lerobot-runtime
 EXTRAS    ?=
 PIP_FLAGS ?=
 
-.PHONY: demo test lint bench venv install install-verify clean
+.PHONY: demo test lint bench mutation venv install install-verify clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,5 +68,10 @@ install-verify:
 	systemd-analyze verify $(UNIT)
 	systemd-analyze security --offline=yes --threshold=30 $(UNIT)
 
+# Mutation testing of the safety-critical modules (slow: minutes per module on 2 cores; not in CI).
+# SCOPES="parity codec" runs some; docs/testing.md has the last scores and the accepted survivors.
+mutation: $(STAMP)
+	$(BIN)/python tools/mutation.py $(SCOPES)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mutation

@@ -1,4 +1,4 @@
-"""What a vendor packet codec offers the shared bus and the simulator.
+"""What a vendor packet codec offers the shared bus (the simulator has its own, in ``drivers.sim.wire``).
 
 A codec is pure byte work: no I/O, no state. Framing is the same idea for both vendors: a
 fixed-size header that carries the length, then exactly that many bytes, so the bus always reads
@@ -21,15 +21,6 @@ class Status:
     params: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Instruction:
-    """A decoded instruction packet (what a servo, or the simulator, receives)."""
-
-    servo_id: int
-    instruction: int
-    params: bytes
-
-
 class PacketCodec(Protocol):
     """Encode instruction packets and decode status packets for one protocol."""
 
@@ -42,7 +33,6 @@ class PacketCodec(Protocol):
     def status(self, servo_id: int, error: int, params: bytes) -> bytes: ...
     def body_length(self, header: bytes) -> int: ...
     def decode_status(self, packet: bytes) -> Status: ...
-    def decode_instruction(self, packet: bytes) -> Instruction: ...
     def header_index(self, buffer: bytes | bytearray) -> int: ...
     def status_size(self, n_params: int) -> int: ...
 

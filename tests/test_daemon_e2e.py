@@ -66,9 +66,12 @@ def test_serve_with_the_sim_arm(demo_bundle: Path, short_dir: Path) -> None:
     proc = _serve(config, str(short_dir / "notify"))
     case = Bundle.open(demo_bundle).test_case()
     try:
-        ready = b""
-        while b"READY=1" not in ready:
-            ready = notify.recv(4096)
+        heard: list[bytes] = []
+        while not heard or b"READY=1" not in heard[-1]:
+            heard.append(notify.recv(4096))
+        ready = heard[-1]
+        # READY=1 only once the arm is connected: systemd heard the arm being connected first
+        assert any(b"STATUS=connecting the arm" in m for m in heard[:-1]), heard
         assert b"serving demo_act_residual on CPU/f32" in ready and b"arm sim" in ready
         with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=10) as client:
             chunk = client.infer(case.inputs)
@@ -92,13 +95,32 @@ def test_serve_with_the_sim_arm(demo_bundle: Path, short_dir: Path) -> None:
     assert out.index("final stats") < out.index("arm disconnected")
 
 
+def _drain(sock: socket.socket) -> list[bytes]:
+    sock.setblocking(False)
+    heard: list[bytes] = []
+    while True:
+        try:
+            heard.append(sock.recv(4096))
+        except BlockingIOError:
+            return heard
+
+
 def test_unreachable_arm_fails_startup_with_a_clear_error(demo_bundle: Path, short_dir: Path) -> None:
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(short_dir / "notify"))
     config = _config(short_dir, demo_bundle, f'[arm]\nkind = "feetech"\nport = "{short_dir}/ttyACM9"')
-    proc = _serve(config, str(short_dir / "notify-unused"))
-    out, _ = proc.communicate(timeout=120)
+    proc = _serve(config, str(short_dir / "notify"))
+    try:
+        out, _ = proc.communicate(timeout=120)
+        heard = _drain(notify)
+    finally:
+        notify.close()
     assert proc.returncode != 0
     assert f"{short_dir}/ttyACM9" in out and "after waiting 1 s (daemon.arm_wait_s)" in out
-    assert "READY" not in out
+    # systemd is the one that must not hear READY=1; it did hear the daemon try, and stop
+    assert any(b"STATUS=connecting the arm" in m for m in heard), heard
+    assert not any(b"READY=1" in m for m in heard), heard
+    assert heard[-1].startswith(b"STOPPING=1")
 
 
 def test_bad_config_value_names_the_key(demo_bundle: Path, short_dir: Path) -> None:

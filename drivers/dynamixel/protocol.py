@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drivers.errors import ChecksumError, GarbledPacketError
-from drivers.packets import Instruction, Status
+from drivers.packets import Status
 
 HEADER = b"\xff\xff\xfd\x00"
 BROADCAST_ID = 0xFE
@@ -141,10 +141,6 @@ class DynamixelCodec:
         if len(payload) < 2 or payload[0] != STATUS:
             raise GarbledPacketError(f"not a Dynamixel status packet: {packet.hex(' ')}", servo_id=servo_id)
         return Status(servo_id, payload[1], payload[2:])
-
-    def decode_instruction(self, packet: bytes) -> Instruction:
-        servo_id, payload = self._unframe(packet)
-        return Instruction(servo_id, payload[0], payload[1:])
 
     def header_index(self, buffer: bytes | bytearray) -> int:
         return buffer.find(HEADER)

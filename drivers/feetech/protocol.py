@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drivers.errors import ChecksumError, GarbledPacketError
-from drivers.packets import Instruction, Status
+from drivers.packets import Status
 
 HEADER = b"\xff\xff"
 BROADCAST_ID = 0xFE
@@ -94,10 +94,6 @@ class FeetechCodec:
     def decode_status(self, packet: bytes) -> Status:
         servo_id, error, params = self._unframe(packet)
         return Status(servo_id, error, params)
-
-    def decode_instruction(self, packet: bytes) -> Instruction:
-        servo_id, code, params = self._unframe(packet)
-        return Instruction(servo_id, code, params)
 
     def header_index(self, buffer: bytes | bytearray) -> int:
         return buffer.find(HEADER)

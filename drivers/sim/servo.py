@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drivers.sim.dialect import Dialect
+from drivers.sim.memory import MEMORY_SIZE
 
 # Bit values for Faults.error_bits, in each vendor's own encoding.
 FEETECH_OVERLOAD = 0x20
@@ -16,6 +17,7 @@ DYNAMIXEL_OVERLOAD = 0x20
 DYNAMIXEL_OVERHEAT = 0x04
 DYNAMIXEL_VOLTAGE = 0x01
 
+FIRMWARE_VERSION = 46  # what an XL330 of 2024 reports; only echoed in ping replies
 LOG_LENGTH = 100_000  # about an hour of goals at 30 Hz; older entries fall off
 
 
@@ -59,11 +61,12 @@ class SimServo:
         self.speed = speed_steps_s
         self._clock = clock
         self._t = clock()
-        self.mem = bytearray(256)
-        t = dialect.table
-        self._reg = t
+        self.mem = bytearray(MEMORY_SIZE)
+        self._reg = dialect.table
         top = dialect.resolution - 1
         self._set("Model_Number", dialect.model_number)
+        if "Firmware_Version" in self._reg:
+            self._set("Firmware_Version", FIRMWARE_VERSION)
         self._set("ID", servo_id)
         self._set("Min_Position_Limit", 0)
         self._set("Max_Position_Limit", top)
@@ -78,10 +81,11 @@ class SimServo:
     # memory helpers
     def _set(self, name: str, value: int) -> None:
         reg = self._reg[name]
-        self.mem[reg.address : reg.address + reg.size] = reg.to_bytes(value)
+        self.mem[reg.address : reg.address + reg.size] = reg.pack(value)
 
     def get(self, name: str) -> int:
-        return self._reg[name].from_bytes(self.mem, self._reg[name].address)
+        """A named field of the control table, decoded (signed where the datasheet says so)."""
+        return self._reg[name].unpack(self.mem)
 
     @property
     def goal(self) -> int:
@@ -123,6 +127,10 @@ class SimServo:
         if not self.faults.error_bits:
             return 0
         return self.dialect.alert_flag if self.dialect.alert_flag is not None else self.faults.error_bits
+
+    def ping_params(self) -> bytes:
+        """Dynamixel's ping reply: model number (2 bytes) and firmware version."""
+        return self.read(self._reg["Model_Number"].address, 2) + bytes([self.get("Firmware_Version")])
 
     def read(self, address: int, size: int) -> bytes:
         self.step()

@@ -5,8 +5,9 @@ The driver opens :attr:`ServoSimulator.port` with pyserial exactly as it would o
 ``ttyACM`` node), so :meth:`unplug` / :meth:`replug` can make the port vanish and come back under
 the same name while the pty behind it is a new one.
 
-One background thread serves the bus; it reads whatever arrives, frames packets with the same codec
-the driver uses, lets each addressed servo answer in id order, and sleeps for injected slow replies.
+One background thread serves the bus; it reads whatever arrives, frames packets with the servo-side
+framing of :mod:`drivers.sim.wire` (written apart from the drivers' codecs and checked against the
+vendors' SDKs), lets each addressed servo answer in id order, and sleeps for injected slow replies.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
-from drivers.errors import GarbledPacketError, TransportError
-from drivers.packets import Instruction
 from drivers.sim.dialect import DIALECTS
 from drivers.sim.servo import Faults, SimServo
+from drivers.sim.wire import GARBLED, Request
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class ServoSimulator:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.dialect = DIALECTS[protocol]
-        self.codec = self.dialect.codec
+        self.wire = self.dialect.wire
         positions = positions or {}
         homing_offsets = homing_offsets or {}
         self.servos: dict[int, SimServo] = {
@@ -202,42 +202,24 @@ class ServoSimulator:
             self._drain(buf)
 
     def _drain(self, buf: bytearray) -> None:
-        codec = self.codec
-        hs = codec.header_size
-        while True:
-            start = codec.header_index(buf)
-            if start < 0:
-                del buf[: max(0, len(buf) - hs)]
+        while buf:
+            request = self.wire.take(buf)
+            if request is None:
                 return
-            del buf[:start]
-            if len(buf) < hs:
-                return
-            try:
-                n = codec.body_length(bytes(buf[:hs]))
-            except GarbledPacketError:
-                self.received["garbled"] += 1
-                del buf[:1]
+            if not isinstance(request, Request):
+                # A real servo silently drops a packet it cannot frame or whose checksum is wrong.
+                self.received[GARBLED] += 1
                 continue
-            if len(buf) < hs + n:
-                return
-            packet = bytes(buf[: hs + n])
-            del buf[: hs + n]
-            try:
-                instruction = codec.decode_instruction(packet)
-            except TransportError:
-                # A real servo silently drops a packet with a bad checksum.
-                self.received["garbled"] += 1
-                continue
-            self.received[instruction.instruction] += 1
+            self.received[request.instruction] += 1
             with self._lock:
-                self._handle(instruction)
+                self._handle(request)
 
     def _reply(self, servo: SimServo, params: bytes) -> None:
         f = servo.faults
         skip, f.no_reply = Faults.take(f.no_reply)
         if skip:
             return
-        packet = self.codec.status(servo.id, servo.status_error(), params)
+        packet = self.wire.status(servo.id, servo.status_error(), params)
         corrupt, f.bad_checksum = Faults.take(f.bad_checksum)
         if corrupt:
             packet = packet[:-1] + bytes(((packet[-1] + 1) & 0xFF,))
@@ -255,9 +237,9 @@ class ServoSimulator:
             with contextlib.suppress(OSError):
                 os.write(self._master, packet)
 
-    def _handle(self, ins: Instruction) -> None:
+    def _handle(self, ins: Request) -> None:
         d = self.dialect
-        bcast = self.codec.broadcast_id
+        bcast = self.wire.broadcast_id
         if ins.instruction == SYNC_WRITE and ins.servo_id == bcast:
             address, items = d.split_sync_write(ins.params)
             for servo_id, data in items:
@@ -280,7 +262,7 @@ class ServoSimulator:
             if servo is None:
                 continue
             if ins.instruction == PING:
-                params = servo.read(0, 2) + bytes((1,)) if d.ping_reply_params else b""
+                params = servo.ping_params() if d.ping_reply_params else b""
                 self._reply(servo, params)
             elif ins.instruction == READ:
                 address, size = d.split_read(ins.params)

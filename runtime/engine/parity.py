@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,12 +52,13 @@ def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], to
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
         if diff.size == 0:
             continue
-        flat = int(np.nanargmax(diff)) if not np.isnan(diff).all() else 0
+        # argmax returns the first NaN when there is one: a NaN (engine or reference) fails the gate
+        # and is what the report points at
+        flat = int(np.argmax(diff))
         err = float(diff.flat[flat])
-        if np.isnan(diff).any():
-            err = float("nan")
         idx = tuple(int(i) for i in np.unravel_index(flat, diff.shape))
-        if worst is None or not (err <= worst.max_abs_err):
+        # NaN ranks worst of all: a NaN in one output must not be hidden by a finite error in the next
+        if worst is None or (not math.isnan(worst.max_abs_err) and not err <= worst.max_abs_err):
             worst = ParityResult(err, tolerance, err <= tolerance, name, idx, float(got[idx]), float(ref[idx]))
     if worst is None:
         return ParityResult(0.0, tolerance, True, "", (), 0.0, 0.0)

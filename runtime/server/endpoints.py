@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import stat
@@ -25,7 +26,9 @@ def runtime_dir() -> Path:
         return Path(systemd_dirs.split(":")[0])
     xdg = os.environ.get("XDG_RUNTIME_DIR", "")
     path = Path(xdg) / APP_DIR if xdg else Path("/tmp") / f"{APP_DIR}-{os.getuid()}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # something there that is not a directory is refused just below, with the reason
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise ConfigError(

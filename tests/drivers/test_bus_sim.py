@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from drivers.sim.simulator import ServoSimulator
 
 
 def test_scan_and_ping(bus: SerialServoBus, protocol: str) -> None:
-    found = bus.scan(range(0, 9))
+    found = bus.scan(range(0, 9), timeout_ms=200)  # generous: a loaded machine must not lose a servo
     expected_model = 777 if protocol == "feetech" else 1200
     assert found == dict.fromkeys(range(1, 7), expected_model)
     assert bus.ping(42) is None
@@ -25,9 +26,7 @@ def test_read_state_reports_all_values(bus: SerialServoBus, protocol: str) -> No
     assert list(state) == list(bus.joints)
     for name, s in state.items():
         assert (
-            s.position == pytest.approx(0.0, abs=0.1)
-            if name != "gripper"
-            else s.position == pytest.approx(50, abs=0.1)
+            s.position == pytest.approx(0.0, abs=0.1) if name != "gripper" else s.position == pytest.approx(50, abs=0.1)
         )
         assert s.voltage_v == (12.0 if protocol == "feetech" else 5.0)
         assert s.temperature_c == 31
@@ -110,9 +109,7 @@ def test_not_connected_and_calibration_mismatch(protocol: str, so101: Calibratio
         bus = SimBus(protocol)(sim.port, so101)
         with pytest.raises(NotConnectedError):
             bus.read_positions()
-        with pytest.raises(
-            BusError, match=r"homing offsets .* differ .*shoulder_pan: servo has 0, file has -1470"
-        ):
+        with pytest.raises(BusError, match=r"homing offsets .* differ .*shoulder_pan: servo has 0, file has -1470"):
             bus.connect()
         assert not bus.is_connected
         bus.on_calibration_mismatch = "write"
@@ -127,3 +124,24 @@ def test_missing_servo_on_connect(protocol: str, so101: Calibration) -> None:
         bus = SimBus(protocol)(sim.port, so101, retries=0, on_calibration_mismatch="ignore")
         with pytest.raises(BusError, match=r"no reply .* from gripper \(id 6\)"):
             bus.connect()
+
+
+def test_drive_mode_mirrors_a_joint_on_the_wire(protocol: str, so101: Calibration) -> None:
+    # A mirrored shoulder_pan: +30 degrees must reach the servo as ticks below the middle of its range,
+    # and ticks above the middle must read back as negative degrees.
+    joints = dict(so101.joints)
+    joints["shoulder_pan"] = replace(joints["shoulder_pan"], drive_mode=1)
+    cal = Calibration(joints, model=so101.model)
+    pan = cal.joints["shoulder_pan"]
+    ticks_per_deg = (pan.resolution - 1) / 360
+    with SimArm.start(cal, protocol=protocol) as arm:  # type: ignore[arg-type]
+        servo = arm.simulator.servo(pan.id)
+        servo.position = pan.mid + 100  # torque is off: the shaft stays where it is put
+        assert arm.bus.read_positions()["shoulder_pan"] == pytest.approx(-100 / ticks_per_deg, abs=0.01)
+        arm.bus.enable_torque()
+        arm.bus.write_goals({"shoulder_pan": 30.0, "elbow_flex": 30.0})
+        arm.bus.ping(pan.id)  # one round trip: the sim has handled the sync write
+        assert servo.goal_log[-1][1] == round(pan.mid - 30 * ticks_per_deg)
+        elbow = cal.joints["elbow_flex"]
+        assert arm.simulator.servo(elbow.id).goal_log[-1][1] == round(elbow.mid + 30 * ticks_per_deg)
+        assert arm.bus.read_state()["shoulder_pan"].goal == pytest.approx(30.0, abs=0.05)

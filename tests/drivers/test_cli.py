@@ -33,10 +33,7 @@ def test_motors_scan_and_read(capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["motors", "scan", "--port", sim.port, "--protocol", "dynamixel", "--ids", "0-5"]) == 0
         out = capsys.readouterr().out
         assert "xl330-m288" in out and out.count("1200") == 3
-        assert (
-            main(["motors", "read", "--port", sim.port, "--protocol", "dynamixel", "--ids", "1-3", "--json"])
-            == 0
-        )
+        assert main(["motors", "read", "--port", sim.port, "--protocol", "dynamixel", "--ids", "1-3", "--json"]) == 0
         data = json.loads(capsys.readouterr().out)
         assert data["id2"]["raw"] == 2048
 

@@ -63,9 +63,7 @@ def test_servo_fault_is_typed_and_not_retried(arm: SimArm, protocol: str, what: 
     if what == "overload":
         bits, name = (FEETECH_OVERLOAD if protocol == "feetech" else DYNAMIXEL_OVERLOAD), "overload"
     else:
-        bits, name = (
-            (FEETECH_VOLTAGE, "voltage") if protocol == "feetech" else (DYNAMIXEL_OVERHEAT, "overheat")
-        )
+        bits, name = (FEETECH_VOLTAGE, "voltage") if protocol == "feetech" else (DYNAMIXEL_OVERHEAT, "overheat")
     arm.simulator.faults(2).error_bits = bits
     before = arm.simulator.received[SYNC_READ]
     with pytest.raises(ServoFaultError) as info:

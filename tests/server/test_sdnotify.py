@@ -77,3 +77,37 @@ def test_unreachable_socket_is_not_fatal_and_logged_once(short_tmp: Path, caplog
         assert caplog.text.count("failed") == 2  # a new failure is news again
     finally:
         listener.close()
+
+
+def test_fields_without_status(listener: tuple[socket.socket, str]) -> None:
+    sock, path = listener
+    n = SystemdNotifier(path)
+    assert n.ready()
+    assert sock.recv(4096) == b"READY=1"
+    assert n.stopping("bye")
+    assert sock.recv(4096) == b"STOPPING=1\nSTATUS=bye"
+    n.close()
+    n.close()  # twice is fine
+    assert n.notify("A=1", "B=2")  # a fresh socket after close
+    assert sock.recv(4096) == b"A=1\nB=2"
+    n.close()
+
+
+@pytest.mark.parametrize("raw", ["", "0", "-5", "abc", "1.5"])
+def test_watchdog_usec_that_is_not_a_positive_integer(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/x")
+    monkeypatch.setenv("WATCHDOG_USEC", raw)
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    n = SystemdNotifier.from_env()
+    assert n.watchdog_usec is None and n.watchdog_interval_s is None
+
+
+def test_watchdog_without_pid_applies_to_us(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    n = SystemdNotifier.from_env()
+    assert n.watchdog_usec == 3_000_000 and n.watchdog_interval_s == 1.5
+    assert n.address is None and not n.enabled
+    monkeypatch.setenv("NOTIFY_SOCKET", "")
+    assert SystemdNotifier.from_env().address is None

@@ -1,0 +1,195 @@
+"""Mutation testing of the safety- and operations-critical modules (``make mutation``).
+
+Each scope mutates a few modules with mutmut and runs only the tests that cover them, in a scratch
+copy of the working tree under ``.mutation/<scope>/`` (so mutmut's ``mutants/`` folder never lands
+in the checkout). Too slow for CI on two cores: run it by hand after changing one of these modules
+or its tests, and compare with the table in ``docs/testing.md``.
+
+    python tools/mutation.py                 # every scope
+    python tools/mutation.py parity codec    # some scopes
+    python tools/mutation.py --list          # what each scope mutates and runs
+
+mutmut forks one child per mutant from a fork server (``process_isolation = "forkserver"``): forking
+the process that already ran OpenVINO and the simulators' threads crashes the children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / ".mutation"
+
+
+@dataclass(frozen=True)
+class Scope:
+    modules: tuple[str, ...]
+    tests: tuple[str, ...]
+
+
+SCOPES: dict[str, Scope] = {
+    "parity": Scope(("runtime/engine/parity.py",), ("tests/engine/test_parity.py",)),
+    "validation": Scope(("runtime/engine/validate.py",), ("tests/engine/test_validate.py",)),
+    "codec": Scope(
+        ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
+        (
+            "tests/server/test_codec.py",
+            "tests/server/test_codec_replies.py",
+            "tests/server/test_codec_requests.py",
+            "tests/server/test_arrays.py",
+        ),
+    ),
+    "security": Scope(
+        ("runtime/server/security.py", "runtime/server/endpoints.py"),
+        ("tests/server/test_security.py", "tests/server/test_security_restart.py"),
+    ),
+    "lifecycle": Scope(
+        ("runtime/sdnotify.py", "runtime/daemon.py"),
+        ("tests/server/test_sdnotify.py", "tests/server/test_daemon_lifecycle.py"),
+    ),
+    "driver-protocol": Scope(
+        ("drivers/feetech/protocol.py", "drivers/dynamixel/protocol.py", "drivers/registers.py"),
+        ("tests/drivers/test_protocol.py",),
+    ),
+    "calibration": Scope(("drivers/calibration.py",), ("tests/drivers/test_calibration.py",)),
+    "driver-bus": Scope(("drivers/bus.py",), ("tests/drivers",)),
+    "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_parts.py",)),
+}
+
+
+def _copy_tree(dst: Path, rev: str | None) -> None:
+    """The working tree as git sees it (tracked and untracked-but-not-ignored files), or a revision."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    if rev is not None:
+        dst.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
+        return
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
+    ).stdout.split(b"\0")
+    for raw in files:
+        if not raw:
+            continue
+        rel = raw.decode()
+        src = ROOT / rel
+        if not src.is_file():
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst / rel)
+
+
+def _config(scope: Scope) -> str:
+    def toml_list(items: tuple[str, ...] | list[str]) -> str:
+        return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+    return f"""
+[tool.mutmut]
+source_paths = ["runtime", "drivers"]
+only_mutate = {toml_list(scope.modules)}
+pytest_add_cli_args_test_selection = {toml_list([*scope.tests, "-p", "no:cacheprovider", "-q"])}
+also_copy = ["configs", "systemd", "tools"]
+process_isolation = "forkserver"
+forkserver_warmup = "collect"
+# the machine is shared: a generous timeout, so a slow start is not taken for a killed mutant
+timeout_multiplier = 40.0
+timeout_constant = 5.0
+use_git_change_detection = false
+# What is logged is read by people, not asserted by tests (except where a log line is the behaviour):
+# log calls are left alone so the score counts decisions, not wording.
+do_not_mutate_patterns = ['^\\s*log\\.(debug|info|warning|error|exception)\\(']
+"""
+
+
+def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None) -> dict[str, object]:
+    where = WORK / (name if rev is None else f"{name}@{rev}")
+    _copy_tree(where, rev)
+    # at an older revision, only the test files that existed then
+    scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t).exists()))
+    if not scope.tests:
+        return {"not_run": f"none of the scope's test files exist at {rev}"}
+    with (where / "pyproject.toml").open("a") as fh:
+        fh.write(_config(scope))
+    mutmut = str(Path(sys.executable).with_name("mutmut"))
+    env = {**os.environ, "PYTHONPATH": ""}
+    started = time.monotonic()
+    with (where / "mutmut-run.log").open("w") as log:
+        subprocess.run(
+            [mutmut, "run", "--max-children", str(max_children)],
+            cwd=where,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    subprocess.run([mutmut, "export-cicd-stats"], cwd=where, env=env, check=True, capture_output=True)
+    stats: dict[str, object] = json.loads((where / "mutants" / "mutmut-cicd-stats.json").read_text())
+    results = subprocess.run([mutmut, "results"], cwd=where, env=env, capture_output=True, text=True).stdout
+    survivors = [line.strip().split(":")[0] for line in results.splitlines() if line.strip().endswith(": survived")]
+    stats["survivors"] = survivors
+    if not any(int(str(stats.get(k, 0))) for k in ("killed", "survived", "no_tests", "timeout")):
+        # e.g. the tests failed before any mutant ran ("failed to collect stats"): no score at all
+        stats["not_run"] = f"mutmut checked no mutant; see {where / 'mutmut-run.log'}"
+    stats["seconds"] = round(time.monotonic() - started)
+    return stats
+
+
+def score(stats: dict[str, object]) -> float:
+    killed = int(str(stats.get("killed", 0))) + int(str(stats.get("timeout", 0)))
+    tested = killed + int(str(stats.get("survived", 0))) + int(str(stats.get("no_tests", 0)))
+    return 100.0 * killed / tested if tested else 100.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scopes", nargs="*", metavar="SCOPE", help=f"one of {', '.join(SCOPES)} (default: all)")
+    p.add_argument("--list", action="store_true", help="print each scope's modules and tests, then exit")
+    p.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--rev", help="mutate this git revision instead of the working tree (a 'before' score)")
+    p.add_argument("--tests", nargs="+", help="run these test paths instead of the scope's own")
+    args = p.parse_args(argv)
+    if args.list:
+        for name, scope in SCOPES.items():
+            print(f"{name}: mutates {', '.join(scope.modules)}; runs {', '.join(scope.tests)}")
+        return 0
+    names = args.scopes or list(SCOPES)
+    unknown = [n for n in names if n not in SCOPES]
+    if unknown:
+        p.error(f"unknown scope(s) {', '.join(unknown)}; expected {', '.join(SCOPES)}")
+    WORK.mkdir(exist_ok=True)
+    summary_path = WORK / "summary.json"
+    summary: dict[str, dict[str, object]] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    for name in names:
+        scope = SCOPES[name] if not args.tests else Scope(SCOPES[name].modules, tuple(args.tests))
+        print(f"== {name}: {', '.join(scope.modules)}; tests {', '.join(scope.tests)}", flush=True)
+        stats = run_scope(name, scope, args.max_children, args.rev)
+        # re-read first: another run may have finished a scope meanwhile
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        summary[name if args.rev is None else f"{name}@{args.rev}"] = stats
+        summary_path.write_text(json.dumps(summary, indent=2))
+        if "not_run" in stats:
+            print(f"   not run: {stats['not_run']}")
+            continue
+        print(
+            f"   killed {stats.get('killed')} + timeout {stats.get('timeout')}, survived {stats.get('survived')}, "
+            f"no tests {stats.get('no_tests')}, other {stats.get('segfault')} segfault / {stats.get('suspicious')} "
+            f"suspicious; score {score(stats):.1f}% ({stats['seconds']} s)",
+            flush=True,
+        )
+        for s in stats["survivors"]:  # type: ignore[attr-defined]
+            print(f"   survived: {s}")
+    print(f"summary: {summary_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
