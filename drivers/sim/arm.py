@@ -11,6 +11,18 @@ from drivers.sim.simulator import ServoSimulator
 from drivers.vendors import bus_class
 
 
+def simulator_for(calibration: Calibration, protocol: Literal["feetech", "dynamixel"] = "feetech") -> ServoSimulator:
+    """Simulated servos for ``calibration``: seeded so they hold the file's homing offsets and rest
+    mid-range, as a calibrated arm would after power-up."""
+    joints = calibration.joints.values()
+    return ServoSimulator(
+        protocol,
+        [j.id for j in joints],
+        positions={j.id: round(j.mid) for j in joints},
+        homing_offsets={j.id: j.homing_offset for j in joints},
+    )
+
+
 class SimArm:
     """Start with :meth:`start`; ``bus`` is an ordinary Feetech/Dynamixel bus on the simulator's pty."""
 
@@ -30,15 +42,7 @@ class SimArm:
         verify_goals: bool = False,
         connect: bool = True,
     ) -> SimArm:
-        joints = calibration.joints.values()
-        sim = ServoSimulator(
-            protocol,
-            [j.id for j in joints],
-            # Seeded so the servos hold the file's homing offsets and rest mid-range, as a
-            # calibrated arm would after power-up.
-            positions={j.id: round(j.mid) for j in joints},
-            homing_offsets={j.id: j.homing_offset for j in joints},
-        ).start()
+        sim = simulator_for(calibration, protocol).start()
         try:
             bus = bus_class(protocol)(
                 sim.port,

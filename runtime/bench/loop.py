@@ -2,7 +2,8 @@
 
 Per case (control rate x ``n_action_steps``) it runs the daemon's pieces as they run in production: the
 engine on its pinned inference worker behind a :class:`PolicyServer`, the simulated SO-101 on a
-pseudo-terminal driven by the real Feetech driver, a synthetic camera publishing the policy's image
+pseudo-terminal (in a process of its own, as hardware answers outside ours) driven by the real
+Feetech driver, a synthetic camera publishing the policy's image
 over ZeroMQ, and the :class:`ControlLoop` on the control CPU. A second process sends infer requests
 back to back the whole time, so the inference CPU never idles and the loop's own requests wait
 behind one. Reported: how late ticks woke (p50/p99/max), overruns, starved ticks (no action due after
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from drivers.calibration import load_calibration
-from drivers.sim.arm import SimArm
+from drivers.feetech.bus import FeetechBus
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.control.handler import ServerInference
 from runtime.control.loop import ControlLoop
@@ -37,6 +38,43 @@ from runtime.server.config import ServerConfig
 from runtime.server.server import PolicyServer
 
 WARMUP_S = 1.0
+CALIBRATION = ("configs", "calibration", "so101_sim.toml")
+
+
+class _ServoProcess:
+    """The simulated SO-101 in a process of its own, as real servos are: they answer on the wire
+    whatever this process's threads and interpreter lock are doing."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.bench.loop", "serve-servos"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.port = self.proc.stdout.readline().strip()
+        if not self.port:
+            raise RuntimeError("the servo simulator process did not start")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # its cue to stop
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _serve_servos() -> int:
+    from drivers.sim.arm import simulator_for
+
+    sim = simulator_for(load_calibration(data_root().joinpath(*CALIBRATION))).start()
+    print(sim.port, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    sim.stop()
+    return 0
 
 
 def cpu_flags() -> str:
@@ -59,7 +97,7 @@ def _run_case(
     server: PolicyServer, engine: Engine, rate: float, steps: int, seconds: float, workdir: Path, control_cpu: int
 ) -> dict[str, Any]:
     image, shape = _image_spec(engine)
-    cal = load_calibration(data_root() / "configs" / "calibration" / "so101_sim.toml")
+    cal = load_calibration(data_root().joinpath(*CALIBRATION))
     cam_ep = f"ipc://{workdir}/cam-{rate:g}-{steps}.sock"
     camera = CameraPublisher(SyntheticSource(shape[1], shape[0]), image, cam_ep, min(rate, 30.0))
     cam_thread = threading.Thread(target=camera.run, daemon=True)
@@ -75,8 +113,10 @@ def _run_case(
     )
     streams = ObservationStreams(config.streams, engine.manifest.inputs, cpus={control_cpu})
     streams.start()
-    arm = SimArm.start(cal)
-    loop = ControlLoop(arm.bus, cal, engine.manifest, config, ServerInference(server), streams, cpu=control_cpu)
+    servos = _ServoProcess()
+    bus = FeetechBus(servos.port, cal)
+    bus.connect()
+    loop = ControlLoop(bus, cal, engine.manifest, config, ServerInference(server), streams, cpu=control_cpu)
     try:
         loop.start()
         deadline = time.monotonic() + 10
@@ -124,7 +164,8 @@ def _run_case(
     finally:
         loop.shutdown()
         streams.stop()
-        arm.close()
+        bus.disconnect()
+        servos.close()
         camera.stop()
         cam_thread.join(2)
         camera.close()
@@ -213,3 +254,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:g}"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["serve-servos"]:
+    sys.exit(_serve_servos())
