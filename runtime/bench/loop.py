@@ -4,7 +4,7 @@ Per case (control rate x ``n_action_steps``) it runs the daemon's pieces as they
 engine on its pinned inference worker behind a :class:`PolicyServer`, the simulated SO-101 on a
 pseudo-terminal (in a process of its own, as hardware answers outside ours) driven by the real
 Feetech driver, a synthetic camera publishing the policy's image
-over ZeroMQ, and the :class:`ControlLoop` on the control CPU. A second process sends infer requests
+over ZeroMQ from its own process, and the :class:`ControlLoop` on the control CPU. A second process sends infer requests
 back to back the whole time, so the inference CPU never idles and the loop's own requests wait
 behind one. Reported: how late ticks woke (p50/p99/max), overruns, starved ticks (no action due after
 the first chunk), inference latency in ticks and dropped actions.
@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from runtime.engine.affinity import allowed_cpus, inference_cpus, process_on
 from runtime.engine.base import Engine
 from runtime.engine.config import EngineConfig
 from runtime.paths import data_root
-from runtime.producers.camera import CameraPublisher, SyntheticSource
 from runtime.server.config import ServerConfig
 from runtime.server.server import PolicyServer
 
@@ -99,9 +97,29 @@ def _run_case(
     image, shape = _image_spec(engine)
     cal = load_calibration(data_root().joinpath(*CALIBRATION))
     cam_ep = f"ipc://{workdir}/cam-{rate:g}-{steps}.sock"
-    camera = CameraPublisher(SyntheticSource(shape[1], shape[0]), image, cam_ep, min(rate, 30.0))
-    cam_thread = threading.Thread(target=camera.run, daemon=True)
-    cam_thread.start()
+    # The camera is its own process too (`lerobot-runtime camera`), as on the robot.
+    camera = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runtime",
+            "--log-level",
+            "WARNING",
+            "camera",
+            "--synthetic",
+            "--input",
+            image,
+            "--endpoint",
+            cam_ep,
+            "--width",
+            str(shape[1]),
+            "--height",
+            str(shape[0]),
+            "--fps",
+            str(min(rate, 30.0)),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     # The ACT-size model has random weights: its actions are anywhere, so the first-step refusal is
     # opened up (the envelope still bounds every goal); what is measured here is timing.
     config = ControlConfig(
@@ -166,9 +184,8 @@ def _run_case(
         streams.stop()
         bus.disconnect()
         servos.close()
-        camera.stop()
-        cam_thread.join(2)
-        camera.close()
+        camera.terminate()
+        camera.wait(5)
     return result
 
 
