@@ -61,18 +61,37 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = commands.add_parser("export", help="export a PyTorch policy into a bundle (needs the export extra)")
-    p.add_argument(
+    p = commands.add_parser(
+        "export", help="export a PyTorch policy or a LeRobot checkpoint into a bundle (needs the export extra)"
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument(
         "--factory",
-        required=True,
         metavar="FILE.py:FUNC",
         help="FUNC() returns (torch.nn.Module, dict of named example input tensors)",
+    )
+    what.add_argument(
+        "--lerobot",
+        metavar="CHECKPOINT_DIR",
+        help="a LeRobot checkpoint directory (config.json, model.safetensors, policy_*processor files)",
     )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--device", default="CPU", choices=["CPU", "GPU", "NPU"])
     p.add_argument("--precision", default="f32", choices=["f32", "f16", "bf16"])
-    p.add_argument("--name", help="policy name (default: the factory function's name)")
-    p.add_argument("--action-names", help="comma-separated joint names (default: SO-101 joints for 6-dim actions)")
+    p.add_argument("--name", help="policy name (default: the factory function's name, or lerobot_<type>)")
+    p.add_argument(
+        "--action-names",
+        help="comma-separated joint names (default: from the checkpoint, else SO-101 joints for a 6-dim factory)",
+    )
+    p.add_argument("--image-inputs", help="comma-separated names of the camera inputs (default: uint8 HxWxC inputs "
+                   "and inputs whose name contains 'image')")
+    p.add_argument("--n-action-steps", type=int, help="--lerobot: steps of each chunk to serve (default: the config's)")
+    p.add_argument(
+        "--tolerance",
+        metavar="PREC=ERR,...",
+        help="parity tolerance per precision, in the test case's units (normalised action units for "
+        "LeRobot checkpoints), e.g. f32=1e-4,bf16=0.05",
+    )
     p.add_argument("--control-rate-hz", type=float, default=30.0)
     p.set_defaults(func=cmd_export)
 
@@ -107,19 +126,44 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_bench_engine)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from runtime.bundle.export import export_bundle
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else None
 
-    names = tuple(n.strip() for n in args.action_names.split(",")) if args.action_names else None
-    bundle = export_bundle(
-        args.factory,
-        args.out,
-        device=args.device,
-        precision=args.precision,
-        policy_name=args.name,
-        action_names=names,
-        control_rate_hz=args.control_rate_hz,
-    )
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from runtime.bundle.export import export_bundle, parse_tolerance
+
+    tolerance = parse_tolerance(args.tolerance) if args.tolerance else None
+    if args.lerobot:
+        from runtime.bundle.lerobot import export_lerobot
+
+        if args.image_inputs:
+            raise ConfigError("--image-inputs: a LeRobot checkpoint names its cameras itself (VISUAL features)")
+        bundle = export_lerobot(
+            args.lerobot,
+            args.out,
+            device=args.device,
+            precision=args.precision,
+            n_action_steps=args.n_action_steps,
+            action_names=_names(args.action_names),
+            control_rate_hz=args.control_rate_hz,
+            tolerance=tolerance,
+            policy_name=args.name,
+        )
+    else:
+        if args.n_action_steps:
+            raise ConfigError("--n-action-steps applies to --lerobot checkpoints; a factory's model sets its chunk")
+        bundle = export_bundle(
+            args.factory,
+            args.out,
+            device=args.device,
+            precision=args.precision,
+            policy_name=args.name,
+            action_names=_names(args.action_names),
+            control_rate_hz=args.control_rate_hz,
+            image_inputs=_names(args.image_inputs),
+            tolerance=tolerance,
+        )
     print(bundle.path)
     return 0
 
@@ -195,6 +239,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"{result['bundle']}: policy {result['policy']} on {result['device']} via {result['engine']} "
             f"({result['precision']}, {result['threads']} threads on CPUs {result['cpus']})\n"
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
+            f"in {p.get('units', 'absolute')} units "
             f"(tolerance {p['tolerance']:.3g})\n"
             f"  latency: median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms over {lat['runs']} runs\n"
             f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
