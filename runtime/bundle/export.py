@@ -317,8 +317,15 @@ def export_bundle(
             if not isinstance(v, torch.Tensor):
                 raise ExportError(f"example input {k!r}: expected a torch.Tensor, got {type(v).__name__}")
         model = model.eval()
-        with torch.no_grad():
-            reference = _named_outputs(model(*example.values()))
+        try:
+            with torch.no_grad():
+                reference = _named_outputs(model(*example.values()))
+        except Exception as e:
+            raise ExportError(
+                f"the eager run failed: {type(e).__name__}: {e} (inputs: "
+                + ", ".join(f"{k} {_shape(v)}" for k, v in example.items())
+                + ")"
+            ) from e
         for k, v in reference.items():
             if not isinstance(v, torch.Tensor):
                 raise ExportError(f"output {k!r}: expected a torch.Tensor, got {type(v).__name__}")
