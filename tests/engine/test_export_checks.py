@@ -64,9 +64,9 @@ def test_batch_of_one_exports_unbatched(tmp_path: Path) -> None:
 
 
 def test_batch_mismatch_is_refused_before_torch_export(tmp_path: Path) -> None:
-    from runtime.bundle.export import export_bundle
-
     import torch
+
+    from runtime.bundle.export import export_bundle
 
     class StateUnbatched(torch.nn.Module):
         def __init__(self, inner: Any) -> None:
@@ -106,7 +106,7 @@ def test_failed_export_leaves_no_partial_bundle_and_keeps_the_old_one(tmp_path: 
                 return state.reshape(1, 6).repeat(10, 1)
             return -state.reshape(1, 6).repeat(10, 1)
 
-    with pytest.raises(ExportError, match="torch.export failed"):
+    with pytest.raises(ExportError, match=r"torch\.export failed"):
         export_bundle(lambda: (DataDependent(), {"observation.state": torch.ones(6)}), out)
     assert (out / "manifest.json").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
@@ -128,7 +128,7 @@ def test_eager_failure_is_an_export_error(tmp_path: Path) -> None:
 def test_image_inputs_must_name_inputs(tmp_path: Path) -> None:
     from runtime.bundle.export import export_bundle
 
-    with pytest.raises(ExportError, match="--image-inputs: observation.images.wrist is not an input"):
+    with pytest.raises(ExportError, match=r"--image-inputs: observation\.images\.wrist is not an input"):
         export_bundle(TINY, tmp_path / "b", image_inputs=("observation.images.wrist",))
 
 
@@ -198,5 +198,5 @@ def test_bad_checkpoint_config_is_named(tmp_path: Path, change: dict[str, Any], 
 def test_missing_checkpoint_file_is_named(tmp_path: Path) -> None:
     d = _checkpoint(tmp_path)
     (d / "policy_postprocessor.json").unlink()
-    with pytest.raises(ExportError, match="lacks policy_postprocessor.json"):
+    with pytest.raises(ExportError, match=r"lacks policy_postprocessor\.json"):
         read_checkpoint(d)
