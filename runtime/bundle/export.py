@@ -375,7 +375,10 @@ def export_bundle(
     with staged_directory(out_dir) as stage:
         with step(2, total, "exporting with torch.export"):
             try:
-                exported = torch.export.export(model, tuple(example.values()))
+                # under no_grad, a policy's own @torch.no_grad (LeRobot's predict_action_chunk) changes
+                # nothing and leaves no grad-mode submodule in the graph, which the quantizer cannot read
+                with torch.no_grad():
+                    exported = torch.export.export(model, tuple(example.values()))
             except Exception as e:
                 raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
             buf = io.BytesIO()

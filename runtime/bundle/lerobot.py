@@ -26,7 +26,7 @@ import importlib.util
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -291,21 +291,14 @@ def joint_names(ckpt: Checkpoint) -> tuple[str, ...] | None:
     return tuple(str(n) for n in names) if isinstance(names, list) else None
 
 
-def export_lerobot(
+def lerobot_export_plan(
     checkpoint: str | Path,
-    out: str | Path,
     *,
-    device: str = "CPU",
-    precision: str = "f32",
     n_action_steps: int | None = None,
     action_names: tuple[str, ...] | None = None,
-    control_rate_hz: float = 30.0,
-    tolerance: Mapping[str, float] | None = None,
     policy_name: str | None = None,
-) -> Any:
-    """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
-    from runtime.bundle.export import export_bundle
-
+) -> tuple[Callable[[], tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """The factory (graph and example inputs) and the ``export_bundle`` keywords for a checkpoint."""
     ckpt = read_checkpoint(checkpoint)
     limit = ckpt.chunk_size - (ckpt.n_obs_steps - 1 if ckpt.policy_type == "diffusion" else 0)
     steps = n_action_steps or ckpt.n_action_steps
@@ -326,27 +319,25 @@ def export_lerobot(
         )
     if len(names) != dim:
         raise ExportError(f"--action-names: the action has {dim} values per step, {len(names)} names given")
+    loaded = load_checkpoint(ckpt)
+    if ckpt.policy_type == "diffusion":
+        from runtime.bundle.lerobot_diffusion import check_scheduler
+
+        check_scheduler(loaded.policy)
+    scale, what = action_scale(loaded)
 
     def factory() -> tuple[Any, dict[str, Any]]:
         from runtime.bundle.lerobot_graph import LeRobotGraph, example_inputs
 
         return LeRobotGraph(loaded, steps).eval(), example_inputs(loaded)
 
-    loaded = load_checkpoint(ckpt)
-    scale, what = action_scale(loaded)
-    return export_bundle(
-        factory,
-        out,
-        device=device,
-        precision=precision,
-        policy_name=policy_name or f"lerobot_{ckpt.policy_type}",
-        action_names=names,
-        control_rate_hz=control_rate_hz,
-        image_inputs=tuple(f.name for f in ckpt.inputs if f.type == "VISUAL"),
-        tolerance=tolerance,
-        action_scale=scale,
-        scale_source=what,
-        source={
+    kwargs: dict[str, Any] = {
+        "policy_name": policy_name or f"lerobot_{ckpt.policy_type}",
+        "action_names": names,
+        "image_inputs": tuple(f.name for f in ckpt.inputs if f.type == "VISUAL"),
+        "action_scale": scale,
+        "scale_source": what,
+        "source": {
             "kind": "lerobot",
             "policy_type": ckpt.policy_type,
             "lerobot_version": package_version("lerobot"),
@@ -355,6 +346,36 @@ def export_lerobot(
             "n_action_steps": steps,
             "n_obs_steps": ckpt.n_obs_steps,
         },
-        description=f"LeRobot {ckpt.policy_type} policy from {ckpt.path.name}",
-        model_batch=1,  # LeRobot policies take a batch; the graph adds and removes it
+        "description": f"LeRobot {ckpt.policy_type} policy from {ckpt.path.name}",
+        "model_batch": 1,  # LeRobot policies take a batch; the graph adds and removes it
+    }
+    return factory, kwargs
+
+
+def export_lerobot(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    device: str = "CPU",
+    precision: str = "f32",
+    n_action_steps: int | None = None,
+    action_names: tuple[str, ...] | None = None,
+    control_rate_hz: float = 30.0,
+    tolerance: Mapping[str, float] | None = None,
+    policy_name: str | None = None,
+) -> Any:
+    """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
+    from runtime.bundle.export import export_bundle
+
+    factory, kwargs = lerobot_export_plan(
+        checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name
+    )
+    return export_bundle(
+        factory,
+        out,
+        device=device,
+        precision=precision,
+        control_rate_hz=control_rate_hz,
+        tolerance=tolerance,
+        **kwargs,
     )

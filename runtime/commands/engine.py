@@ -101,6 +101,24 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--precision", choices=["f32", "f16", "bf16"])
     p.set_defaults(func=cmd_lower)
 
+    p = commands.add_parser("quantize", help="post-training INT8 of a bundle, with an accuracy gate (export extra)")
+    p.add_argument("bundle", metavar="BUNDLE", help="an f32 bundle with its portable program (model.pt2)")
+    p.add_argument(
+        "--calibration",
+        required=True,
+        metavar="DIR",
+        help="recorded observations: a directory of .npz files, one observation each, arrays named as the inputs",
+    )
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument(
+        "--max-error",
+        type=float,
+        default=None,
+        help="largest INT8-vs-f32 action error on held-out observations, in normalised action units (default 0.2)",
+    )
+    p.add_argument("--held-out", type=float, default=0.25, help="fraction of observations held out (default 0.25)")
+    p.set_defaults(func=cmd_quantize)
+
     p = commands.add_parser("check", help="load a bundle, prove parity, measure latency")
     p.add_argument(
         "bundle", metavar="BUNDLE", nargs="?", default="", help="bundle directory (default: the built-in demo bundle)"
@@ -117,6 +135,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         default="runtime.policies.act:make_act_policy",
         metavar="FILE.py:FUNC",
         help="model factory (default: the ACT-size model)",
+    )
+    p.add_argument("--lerobot", default="", metavar="CHECKPOINT_DIR", help="bench a LeRobot checkpoint instead")
+    p.add_argument(
+        "--calibration",
+        default="",
+        metavar="DIR",
+        help="recorded observations for the INT8 rows (default: synthetic ones around the test case)",
+    )
+    p.add_argument(
+        "--precisions", default="f32,bf16,int8", help="comma-separated rows to build (default f32,bf16,int8)"
     )
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--cpus", type=parse_cpu_list, default=(), metavar="LIST")
@@ -165,6 +193,20 @@ def cmd_export(args: argparse.Namespace) -> int:
             tolerance=tolerance,
         )
     print(bundle.path)
+    return 0
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from runtime.bundle.quantize import DEFAULT_MAX_ERROR, gate_summary, quantize_bundle
+
+    bundle = quantize_bundle(
+        args.bundle,
+        args.calibration,
+        args.out,
+        max_error=DEFAULT_MAX_ERROR if args.max_error is None else args.max_error,
+        held_out_fraction=args.held_out,
+    )
+    print(f"{bundle.path}\n  {gate_summary(bundle.manifest.quantization)}")
     return 0
 
 
@@ -219,6 +261,8 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         "timing_ms": report.timing_ms,
         "rss_mb": rss_mb,
         "torch_imported": "torch" in sys.modules,
+        "program_precision": bundle.manifest.programs[engine.info.device].precision,
+        "quantization": dict(bundle.manifest.quantization),
     }
 
 
@@ -245,23 +289,40 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
             f"torch imported: {result['torch_imported']}"
         )
+        if result["quantization"]:
+            from runtime.bundle.quantize import gate_summary
+
+            print(f"  program: int8; {gate_summary(result['quantization'])}")
     return 0 if result["ok"] else 1
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> int:
     from runtime.bench.engine import run_engine_bench
 
+    precisions = tuple(p.strip() for p in args.precisions.split(",") if p.strip())
+    bad = [p for p in precisions if p not in ("f32", "bf16", "int8")]
+    if bad or "f32" not in precisions:
+        raise ConfigError(f"--precisions: expected f32 plus any of bf16, int8, got {args.precisions!r}")
     result = run_engine_bench(
-        args.factory, runs=args.runs, cpus=args.cpus, control_cpu=args.control_cpu, threads=args.threads
+        args.factory,
+        lerobot=args.lerobot,
+        calibration=args.calibration,
+        precisions=precisions,
+        runs=args.runs,
+        cpus=args.cpus,
+        control_cpu=args.control_cpu,
+        threads=args.threads,
     )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
+        print(f"CPU flags: {' '.join(result['machine']['cpu_flags']) or 'none of AVX2/AVX-512/VNNI/BF16/AMX'}")
         for row in result["rows"]:
             print(
                 f"{row['name']:<22} median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
-                f"x{row['speedup_vs_eager']:.2f} vs eager  parity {row['max_abs_err']:.2g} ({row['precision']})"
+                f"x{row['speedup_vs_eager']:.2f} vs eager  error {row['error']:.2g} ({row['precision']})"
             )
+        print(f"errors in units of {result['rows'][0]['error_units']}")
         cs = result["cold_start"]
         if "error" in cs:
             print(f"cold start (openvino engine, fresh process): failed: {cs['error']}")

@@ -119,3 +119,15 @@ def write_checkpoint(
     pre.save_pretrained(path)
     post.save_pretrained(path)
     return path
+
+
+if __name__ == "__main__":
+    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act]
+    import sys
+
+    args = sys.argv[1:]
+    if not args:
+        raise SystemExit("usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act]")
+    kind = args[1] if len(args) > 1 else "act"
+    size = args[2] if len(args) > 2 else "act"
+    print(write_checkpoint(args[0], kind, size))  # type: ignore[arg-type]
