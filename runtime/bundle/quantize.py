@@ -17,7 +17,9 @@ import datetime as _dt
 import io
 import logging
 import shutil
+import sys
 from collections.abc import Mapping
+from contextlib import redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -99,6 +101,9 @@ def quantize_bundle(
         from executorch.backends.openvino.quantizer import QuantizationMode, quantize_model
     except ImportError as e:
         raise ExportError(f"quantizing needs ExecuTorch's OpenVINO quantizer and nncf ({e})") from e
+    for handler in logging.getLogger("nncf").handlers:  # NNCF logs to stdout, which belongs to --json
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
     if not 0 < held_out_fraction < 1:
         raise ExportError(f"--held-out: expected a fraction between 0 and 1, got {held_out_fraction}")
     src = Bundle.open(bundle_path, verify_all=True)
@@ -119,11 +124,26 @@ def quantize_bundle(
         exported = torch.export.load(str(src.path / m.portable_program.file))
         example = tuple(torch.from_numpy(case.inputs[s.name]) for s in m.inputs)
         data = [tuple(torch.from_numpy(o[s.name]) for s in m.inputs) for o in calib]
+        bias_correction = True
+
+        def run(**options: Any) -> Any:
+            # the quantizer prints its progress; stdout belongs to the command's result (--json)
+            with redirect_stdout(sys.stderr):
+                return quantize_model(
+                    exported.module(), data, mode=QuantizationMode.INT8_TRANSFORMER, subset_size=len(data), **options
+                )
+
         try:
-            quantized = quantize_model(
-                exported.module(), data, mode=QuantizationMode.INT8_TRANSFORMER, subset_size=len(data)
-            )
-            q_exported = torch.export.export(quantized, example)
+            try:
+                quantized = run()
+            except TypeError as e:
+                # NNCF 3.2's fast bias correction fails on layers fed unbatched 1-D tensors
+                # ("iteration over a 0-d tensor"); quantise without it rather than not at all
+                log.warning("NNCF bias correction failed (%s); quantising without it", e)
+                bias_correction = False
+                quantized = run(fast_bias_correction=None)
+            with torch.no_grad():
+                q_exported = torch.export.export(quantized, example)
         except Exception as e:
             raise ExportError(f"INT8 quantisation failed: {type(e).__name__}: {e}") from e
 
@@ -156,6 +176,7 @@ def quantize_bundle(
                     "method": "NNCF post-training INT8 (ExecuTorch OpenVINO quantizer, INT8_TRANSFORMER)",
                     "calibration": str(Path(calibration).resolve()),
                     "calibration_observations": len(calib),
+                    "bias_correction": bias_correction,
                     "from_bundle": str(src.path.resolve()),
                     "gate": gate,
                 },
