@@ -29,9 +29,16 @@ def check_scheduler(policy: Any) -> None:
         )
 
 
-def sample_actions(policy: Any, batch: dict[str, torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
-    """LeRobot's ``generate_actions`` without its slicing: the full horizon, (1, horizon, action_dim)."""
+def timesteps(policy: Any) -> list[int]:
+    """The sampling timesteps as Python ints; computed before tracing (a tensor's values cannot be read in it)."""
     check_scheduler(policy)
+    diffusion = policy.diffusion
+    diffusion.noise_scheduler.set_timesteps(diffusion.num_inference_steps)
+    return [int(t) for t in diffusion.noise_scheduler.timesteps]
+
+
+def sample_actions(policy: Any, batch: dict[str, torch.Tensor], noise: torch.Tensor, steps: list[int]) -> torch.Tensor:
+    """LeRobot's ``generate_actions`` without its slicing: the full horizon, (1, horizon, action_dim)."""
     cfg = policy.config
     diffusion = policy.diffusion
     if cfg.image_features:
@@ -39,10 +46,9 @@ def sample_actions(policy: Any, batch: dict[str, torch.Tensor], noise: torch.Ten
         batch[OBS_IMAGES] = torch.stack([batch[k] for k in cfg.image_features], dim=-4)
     global_cond = diffusion._prepare_global_conditioning(batch)
     scheduler = diffusion.noise_scheduler
-    scheduler.set_timesteps(diffusion.num_inference_steps)
     sample = noise
-    for t in scheduler.timesteps.tolist():  # Python ints: the loop unrolls, the DDIM branch is static
+    for t in steps:  # Python ints: the loop unrolls and the DDIM branch on the timestep is static
         step = torch.full(sample.shape[:1], t, dtype=torch.long)
         model_output = diffusion.unet(sample, step, global_cond=global_cond)
-        sample = scheduler.step(model_output, int(t), sample).prev_sample
+        sample = scheduler.step(model_output, t, sample).prev_sample
     return sample

@@ -31,9 +31,13 @@ class LeRobotGraph(nn.Module):
         self.diffusion = ckpt.policy_type == "diffusion"
         self.n_action_steps = n_action_steps
         self.first_step = 0
+        self.timesteps: list[int] = []
         if self.diffusion:
+            from runtime.bundle.lerobot_diffusion import timesteps
+
             # LeRobot's Diffusion Policy executes steps n_obs_steps-1 .. +n_action_steps of its horizon
             self.first_step = ckpt.n_obs_steps - 1
+            self.timesteps = timesteps(self.policy)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         batch: dict[str, Any] = {}
@@ -47,7 +51,7 @@ class LeRobotGraph(nn.Module):
         if self.diffusion:
             from runtime.bundle.lerobot_diffusion import sample_actions
 
-            actions = sample_actions(self.policy, batch, inputs[len(self.names)].unsqueeze(0))
+            actions = sample_actions(self.policy, batch, inputs[len(self.names)].unsqueeze(0), self.timesteps)
         else:
             actions = self.policy.predict_action_chunk(batch)
         actions = self.unnormalizer._normalize_action(actions, inverse=True)
