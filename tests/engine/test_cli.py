@@ -124,6 +124,7 @@ def test_bad_factory_spec(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
     assert "has no function 'nope'" in caplog.text
 
 
+@pytest.mark.timeout(1200)  # three exports and a quantisation: minutes on a loaded 2-core machine
 def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "engine", "--factory", TINY, "--runs", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
