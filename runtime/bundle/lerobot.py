@@ -21,11 +21,13 @@ robot delivers and gets joint targets back:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,7 +150,7 @@ def _shim_torchvision() -> None:
     policies use only the models, never those operators.
     """
     spec = importlib.util.find_spec("torchvision")
-    if spec is None or spec.origin is None or "torchvision" in __import__("sys").modules:
+    if spec is None or spec.origin is None or "torchvision" in sys.modules:
         return
     import torch
 
@@ -220,7 +222,9 @@ def load_checkpoint(ckpt: Checkpoint) -> LoadedCheckpoint:
     from lerobot.processor import NormalizerProcessorStep, PolicyProcessorPipeline, UnnormalizerProcessorStep
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
 
-    policy = _policy_class(ckpt.policy_type).from_pretrained(str(ckpt.path), local_files_only=True)
+    # LeRobot prints "Loading weights from local directory" to stdout, which belongs to --json output
+    with contextlib.redirect_stdout(sys.stderr):
+        policy = _policy_class(ckpt.policy_type).from_pretrained(str(ckpt.path), local_files_only=True)
     policy = policy.to("cpu").eval()
     pre = PolicyProcessorPipeline.from_pretrained(
         str(ckpt.path), config_filename="policy_preprocessor.json", local_files_only=True
