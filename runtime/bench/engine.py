@@ -1,4 +1,4 @@
-"""``lerobot-runtime bench engine``: eager PyTorch vs each engine, same inputs, same threads, one run.
+"""``lerobot-runtime bench engine``: eager PyTorch vs f32, bf16 and INT8 programs on both engines.
 
 Timings are interleaved (one call of each candidate per round) so load on a shared machine hits them
 alike; the numbers that matter are the ratios, not the absolute milliseconds. Cold start is measured
@@ -65,12 +65,42 @@ def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = 
     }
 
 
+def _synthetic_observations(case_inputs: dict[str, np.ndarray], directory: Path, n: int) -> Path:
+    """Observations shaped like the test case (frames and states perturbed around it), for calibration."""
+    rng = np.random.default_rng(1)
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        obs = {}
+        for k, v in case_inputs.items():
+            if v.dtype == np.uint8:
+                obs[k] = np.clip(v.astype(np.int16) + rng.integers(-40, 41, v.shape), 0, 255).astype(np.uint8)
+            else:
+                obs[k] = (v + rng.normal(0, 0.3, v.shape) * (np.abs(v) + 1)).astype(v.dtype)
+        np.savez(directory / f"obs_{i:04d}.npz", **obs)  # type: ignore[arg-type]
+    return directory
+
+
 def run_engine_bench(
-    factory: str, *, runs: int = 20, cpus: tuple[int, ...] = (), control_cpu: int = 0, threads: int = 0
+    factory: str = "runtime.policies.act:make_act_policy",
+    *,
+    lerobot: str = "",
+    calibration: str = "",
+    calibration_size: int = 32,
+    precisions: tuple[str, ...] = ("f32", "bf16", "int8"),
+    runs: int = 20,
+    cpus: tuple[int, ...] = (),
+    control_cpu: int = 0,
+    threads: int = 0,
 ) -> dict[str, Any]:
+    """Eager PyTorch f32 against f32, bf16 and INT8 programs on both engines, interleaved, one process.
+
+    Each row's ``error`` is its largest action error against eager f32 in the bundle's parity units
+    (normalised action units for a LeRobot checkpoint), ``max_abs_err`` the same in absolute units.
+    """
     import torch
 
     from runtime.bundle.export import export_bundle, load_factory
+    from runtime.bundle.quantize import DEFAULT_MAX_ERROR, quantize_bundle
     from runtime.engine.config import EngineChoice, EngineConfig, PrecisionChoice
     from runtime.engine.loader import LoadReport, load_engine
     from runtime.engine.parity import compare
@@ -80,44 +110,69 @@ def run_engine_bench(
     n_threads = threads or len(cpu_set)
     torch.set_num_threads(n_threads)
 
-    model, example = load_factory(factory)()
+    kwargs: dict[str, Any] = {"policy_name": "bench"}
+    if lerobot:
+        from runtime.bundle.lerobot import lerobot_export_plan
+
+        make, kwargs = lerobot_export_plan(lerobot)
+    else:
+        make = load_factory(factory)
+    model, example = make()
     model = model.eval()
     with tempfile.TemporaryDirectory(prefix="lerobot-runtime-bench-") as tmp:
         t = time.perf_counter()
-        bundle = export_bundle(lambda: (model, example), Path(tmp) / "bundle", policy_name="bench")
+        bundles = {"f32": export_bundle(lambda: (model, example), Path(tmp) / "f32", **kwargs)}
         export_s = time.perf_counter() - t
-        case = bundle.test_case()
+        case = bundles["f32"].test_case()
         reference = case.outputs
         inputs_np = case.inputs
-        inputs_t = tuple(torch.from_numpy(inputs_np[k]) for k in example)
+        inputs_t = tuple(torch.from_numpy(inputs_np[k]) for k in inputs_np)
+        batched = bundles["f32"].manifest.model_batch == 1 and not lerobot
+        if "bf16" in precisions:
+            bundles["bf16"] = export_bundle(lambda: (model, example), Path(tmp) / "bf16", precision="bf16", **kwargs)
+        quant: dict[str, Any] = {}
+        if "int8" in precisions:
+            source = calibration or str(_synthetic_observations(inputs_np, Path(tmp) / "calib", calibration_size))
+            t = time.perf_counter()
+            # the bench reports the error; the bound that quantize applies by default is recorded beside it
+            bundles["int8"] = quantize_bundle(bundles["f32"].path, source, Path(tmp) / "int8", max_error=float("inf"))
+            gate = dict(bundles["int8"].manifest.quantization["gate"])
+            quant = {
+                "calibration": calibration or f"synthetic: {calibration_size} observations around the test case",
+                "quantize_s": time.perf_counter() - t,
+                "held_out_max_error": gate["max_error"],
+                "held_out_mean_error": gate["mean_error"],
+                "default_bound": DEFAULT_MAX_ERROR,
+                "within_default_bound": gate["max_error"] <= DEFAULT_MAX_ERROR,
+            }
 
         def eager() -> dict[str, np.ndarray]:
             with torch.inference_mode():
-                return {"action": model(*inputs_t).numpy()}
+                out = model(*(x.unsqueeze(0) for x in inputs_t)) if batched else model(*inputs_t)
+                return {"action": (out[0] if batched else out).numpy()}
 
         candidates: list[tuple[str, Callable[[], dict[str, np.ndarray]], str]] = [("eager_pytorch_f32", eager, "f32")]
         engines = []
-        variants: tuple[tuple[str, EngineChoice, PrecisionChoice], ...] = (
-            ("openvino_f32", "openvino", "f32"),
-            ("openvino_bf16", "openvino", "bf16"),
-            ("executorch_default", "executorch", "auto"),
-        )
-        for name, kind, precision in variants:
-            report = LoadReport()
-            engine = load_engine(
-                EngineConfig(
-                    bundle=str(bundle.path),
-                    engine=kind,
-                    precision=precision,
-                    cpus=tuple(cpu_set),
-                    threads=n_threads,
-                    allow_parity_failure=True,
-                    warmup_runs=2,
-                ),
-                report=report,
-            )
-            engines.append(engine)
-            candidates.append((name, functools.partial(engine.infer, inputs_np), engine.info.precision))
+        for precision, bundle in bundles.items():
+            hint: PrecisionChoice = "f32" if precision == "int8" else precision  # type: ignore[assignment]
+            kinds: tuple[EngineChoice, ...] = ("openvino", "executorch")
+            for kind in kinds:
+                report = LoadReport()
+                engine = load_engine(
+                    EngineConfig(
+                        bundle=str(bundle.path),
+                        engine=kind,
+                        precision=hint if kind == "openvino" else "auto",
+                        cpus=tuple(cpu_set),
+                        threads=n_threads,
+                        allow_parity_failure=True,
+                        warmup_runs=2,
+                    ),
+                    report=report,
+                )
+                engines.append(engine)
+                ran = f"int8 (rest {engine.info.precision})" if precision == "int8" else engine.info.precision
+                candidates.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
 
         for _, fn, _ in candidates:  # warm every candidate once more after all are loaded
             fn()
@@ -133,7 +188,7 @@ def run_engine_bench(
         for name, _, ran_precision in candidates:
             lat = summarize(times[name])
             median, p90 = lat["median"], lat["p90"]
-            err = compare(outputs[name], reference, float("inf")).max_abs_err
+            rel = compare(outputs[name], reference, float("inf"), case.scale, case.scale_source)
             rows.append(
                 {
                     "name": name,
@@ -141,21 +196,36 @@ def run_engine_bench(
                     "median_ms": median,
                     "p90_ms": p90,
                     "speedup_vs_eager": eager_median / median,
-                    "max_abs_err": err,
+                    "error": rel.max_abs_err,
+                    "error_units": case.scale_source,
+                    "max_abs_err": compare(outputs[name], reference, float("inf")).max_abs_err,
                 }
             )
         for e in engines:
             e.close()
-        cs = {e: cold_start(bundle.path, tuple(cpu_set), n_threads, e) for e in ("openvino", "executorch")}
-        bundle_mb = sum(f.stat().st_size for f in bundle.path.iterdir()) / 1e6
+        f32 = bundles["f32"].path
+        cs = {e: cold_start(f32, tuple(cpu_set), n_threads, e) for e in ("openvino", "executorch")}
+        sizes = {p: sum(f.stat().st_size for f in b.path.iterdir()) / 1e6 for p, b in bundles.items()}
     return {
-        "factory": factory,
+        "source": lerobot or factory,
         "threads": n_threads,
         "cpus": cpu_set,
         "runs": runs,
         "export_s": export_s,
-        "bundle_mb": bundle_mb,
+        "bundle_mb": sizes,
         "rows": rows,
+        "int8": quant,
         "cold_start": cs,
-        "machine": {"cpu_count": os.cpu_count()},
+        "machine": {"cpu_count": os.cpu_count(), "cpu_flags": cpu_flags()},
     }
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features that decide bf16 and INT8 speed (AVX-512, VNNI, BF16, AMX), from /proc/cpuinfo."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    keep = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8", "amx_tile")
+    return [f for f in flags if f in keep]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,8 @@ class TestCase:
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     tolerance: dict[str, float]
+    scale: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    scale_source: str = "absolute"
 
 
 @dataclass(frozen=True)
@@ -137,4 +139,4 @@ class Bundle:
         for spec in self.manifest.outputs:
             if spec.name not in outputs:
                 raise BundleError(f"{f}: test case lacks output 'output/{spec.name}'")
-        return TestCase(inputs, outputs, dict(entry.tolerance))
+        return TestCase(inputs, outputs, dict(entry.tolerance), dict(entry.scale), entry.scale_source)

@@ -12,9 +12,12 @@ import importlib
 import importlib.util
 import io
 import logging
+import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +31,8 @@ from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.bundle.manifest import (
     DEFAULT_TOLERANCE,
     DEVICES,
+    DTYPES,
+    PRECISIONS,
     FileEntry,
     Manifest,
     ProgramEntry,
@@ -161,6 +166,113 @@ def _named_outputs(out: Any) -> dict[str, Any]:
     raise ExportError(f"the model returned {type(out).__name__}; expected a tensor, a tuple or a dict of tensors")
 
 
+def _shape(t: Any) -> list[int]:
+    return [int(d) for d in t.shape]
+
+
+def _unbatched(model: Any) -> Any:
+    """``model`` behind a module that takes unbatched inputs and returns unbatched outputs.
+
+    The batch of one is added and removed inside the graph, so the program (and the wire) see the
+    observation as a camera and a robot deliver it.
+    """
+    torch = _torch()
+
+    class Unbatched(torch.nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            out = self.inner(*(x.unsqueeze(0) for x in inputs))
+            if isinstance(out, torch.Tensor):
+                return out[0]
+            if isinstance(out, dict):
+                return {k: v[0] for k, v in out.items()}
+            return tuple(v[0] for v in out)
+
+    return Unbatched(model).eval()
+
+
+def _strip_batch(example: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Checks that every input and output carries a leading batch of 1, and returns them without it."""
+    for kind, tensors in (("input", example), ("output", reference)):
+        for k, v in tensors.items():
+            if v.dim() == 0 or v.shape[0] != 1:
+                raise ExportError(
+                    f"{kind} {k!r}: the action output has a leading batch dimension of 1, so every input and "
+                    f"output must have one too (the program removes it); {k!r} has shape {_shape(v)}"
+                )
+    return {k: v[0] for k, v in example.items()}, {k: v[0] for k, v in reference.items()}
+
+
+def input_role(name: str, t: Any, images: set[str] | None) -> str:
+    """The role of an input: explicit image names win; else uint8 H x W x C frames and LeRobot's names."""
+    torch = _torch()
+    if images is not None:
+        if name in images:
+            return "image"
+    elif (t.dtype == torch.uint8 and t.dim() == 3) or "image" in name:
+        # LeRobot names camera inputs observation.image / observation.images.<camera>, float or not
+        return "image"
+    if "environment_state" in name:
+        return "env"
+    return "state" if "state" in name else "other"
+
+
+def _tensor_dtype(kind: str, name: str, t: Any) -> str:
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in DTYPES:
+        raise ExportError(f"{kind} {name!r}: dtype {dtype} is not one a bundle carries ({', '.join(DTYPES)})")
+    return dtype
+
+
+def default_scale(reference: Any) -> tuple[tuple[float, ...], str]:
+    """Without statistics: per joint, max(1, the reference's peak magnitude): relative for large values."""
+    peak = np.abs(reference.reshape(-1, reference.shape[-1]).astype(np.float64)).max(axis=0)
+    return tuple(float(v) for v in np.maximum(peak, 1.0)), "max(1, peak |reference| per joint)"
+
+
+def parse_tolerance(text: str) -> dict[str, float]:
+    """``"f32=1e-4,bf16=0.05"`` -> {"f32": 1e-4, "bf16": 0.05}; names the bad entry."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        prec, sep, value = part.partition("=")
+        try:
+            tol = float(value)
+        except ValueError:
+            tol = -1.0
+        if not sep or prec not in PRECISIONS or not tol >= 0:
+            raise ExportError(
+                f"--tolerance: expected PRECISION=NUMBER entries with a precision among {', '.join(PRECISIONS)} "
+                f"and a non-negative number, got {part!r}"
+            )
+        out[prec] = tol
+    return out
+
+
+@contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """A sibling directory to write into; it replaces ``out_dir`` only when the block succeeds.
+
+    A failed export leaves nothing behind, and an existing bundle at ``out_dir`` stays as it was.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    old = None
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+        out_dir.rename(old)
+    stage.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def export_bundle(
     factory: str | Callable[[], tuple[Any, dict[str, Any]]],
     out: str | Path,
@@ -171,14 +283,29 @@ def export_bundle(
     action_names: tuple[str, ...] | None = None,
     control_rate_hz: float = 30.0,
     image_inputs: tuple[str, ...] | None = None,
+    tolerance: Mapping[str, float] | None = None,
+    action_scale: tuple[float, ...] | None = None,
+    scale_source: str = "",
+    source: Mapping[str, Any] | None = None,
+    description: str = "",
+    model_batch: int = 0,
 ) -> Bundle:
-    """Export, lower for ``device``, record the eager test case and write the bundle to ``out``."""
+    """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
+
+    A model whose action output carries a leading batch of 1 is wrapped so that the program takes and
+    returns unbatched tensors (``model_batch: 1`` in the manifest). Shapes, dtypes and roles are
+    checked right after the eager run, before the slow steps; nothing is left at ``out`` on failure.
+    ``action_scale`` (one value per joint, e.g. the action's std) makes the parity tolerance relative.
+    """
     torch = _torch()
     fn = load_factory(factory) if isinstance(factory, str) else factory
     name = policy_name or getattr(fn, "__name__", "policy").removeprefix("make_")
     check_device_present(device)
+    if precision not in PRECISIONS or precision == "int8":
+        raise ExportError(
+            f"--precision: expected one of f32, f16, bf16 (int8 comes from lerobot-runtime quantize), got {precision!r}"
+        )
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     total = 4
 
     with step(1, total, "building the model and its eager reference"):
@@ -190,69 +317,106 @@ def export_bundle(
             if not isinstance(v, torch.Tensor):
                 raise ExportError(f"example input {k!r}: expected a torch.Tensor, got {type(v).__name__}")
         model = model.eval()
-        with torch.no_grad():
-            reference = _named_outputs(model(*example.values()))
-    with step(2, total, "exporting with torch.export"):
         try:
-            exported = torch.export.export(model, tuple(example.values()))
+            with torch.no_grad():
+                reference = _named_outputs(model(*example.values()))
         except Exception as e:
-            raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
-        buf = io.BytesIO()
-        torch.export.save(exported, buf)
-        portable = buf.getvalue()
-        (out_dir / PORTABLE_FILE).write_bytes(portable)
-    with step(3, total, f"lowering to OpenVINO for {device}"):
-        data = lower_program(exported, device)
-        file = f"program_{device.lower()}.pte"
-        (out_dir / file).write_bytes(data)
-        program = _program_entry(data, device, file, precision)
-    with step(4, total, "writing the test case and manifest"):
-        images = (
-            set(image_inputs)
-            if image_inputs is not None
-            else {k for k, v in example.items() if v.dtype == torch.uint8 and v.dim() == 3}
-        )
+            raise ExportError(
+                f"the eager run failed: {type(e).__name__}: {e} (inputs: "
+                + ", ".join(f"{k} {_shape(v)}" for k, v in example.items())
+                + ")"
+            ) from e
+        for k, v in reference.items():
+            if not isinstance(v, torch.Tensor):
+                raise ExportError(f"output {k!r}: expected a torch.Tensor, got {type(v).__name__}")
+
+        # Everything that can be wrong with shapes, dtypes and roles is found here, in seconds, not
+        # after minutes of export and lowering.
+        first = reference.get("action", next(iter(reference.values()), None))
+        if first is not None and first.dim() == 3 and first.shape[0] == 1:
+            example, reference = _strip_batch(example, reference)
+            model = _unbatched(model)
+            model_batch = 1
+            log.info("the model takes a batch of one: the program adds and removes it, the wire stays unbatched")
+        if image_inputs is not None:
+            unknown = [i for i in image_inputs if i not in example]
+            if unknown:
+                raise ExportError(
+                    f"--image-inputs: {', '.join(unknown)} is not an input (inputs: {', '.join(example)})"
+                )
+        images = set(image_inputs) if image_inputs is not None else None
         inputs = tuple(
-            TensorSpec(
-                k,
-                str(v.dtype).removeprefix("torch."),
-                tuple(v.shape),
-                "image" if k in images else ("state" if "state" in k else "other"),
-            )
+            TensorSpec(k, _tensor_dtype("input", k, v), tuple(_shape(v)), input_role(k, v, images))
             for k, v in example.items()
         )
         outputs = tuple(
-            TensorSpec(k, str(v.dtype).removeprefix("torch."), tuple(v.shape), "action" if k == "action" else "other")
+            TensorSpec(k, _tensor_dtype("output", k, v), tuple(_shape(v)), "action" if k == "action" else "other")
             for k, v in reference.items()
         )
         action = next((o for o in outputs if o.role == "action"), None)
         if action is None or len(action.shape) != 2:
             shape = list(action.shape) if action else None
-            raise ExportError(f"output 'action': expected a [chunk_length, action_dim] tensor, got shape {shape}")
+            raise ExportError(
+                f"output 'action': expected a [chunk_length, action_dim] tensor (or [1, chunk_length, action_dim] "
+                f"for a model with a batch dimension), got shape {shape}"
+            )
         chunk, dim = action.shape
         names = action_names or (SO101_JOINTS if dim == 6 else tuple(f"joint_{i}" for i in range(dim)))
         if len(names) != dim:
             raise ExportError(f"--action-names: the action has {dim} values per step, {len(names)} names given")
-        arrays = {f"input/{k}": _np(v) for k, v in example.items()}
-        arrays.update({f"output/{k}": _np(v) for k, v in reference.items()})
-        case = io.BytesIO()
-        np.savez(case, **arrays)  # type: ignore[arg-type]
-        (out_dir / TEST_CASE_FILE).write_bytes(case.getvalue())
-        manifest = Manifest(
-            policy_name=name,
-            inputs=inputs,
-            outputs=outputs,
-            action_output=action.name,
-            chunk_length=chunk,
-            action_names=tuple(names),
-            control_rate_hz=float(control_rate_hz),
-            programs={device: program},
-            test_case=TestCaseEntry(TEST_CASE_FILE, sha256_bytes(case.getvalue()), dict(DEFAULT_TOLERANCE)),
-            portable_program=FileEntry(PORTABLE_FILE, sha256_bytes(portable)),
-            tools=tool_versions(),
-            created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
-        )
-        manifest.write(out_dir)
+        if action_scale is not None and (len(action_scale) != dim or not all(v > 0 for v in action_scale)):
+            raise ExportError(f"action scale: expected {dim} positive values, got {list(action_scale)}")
+        ref_np = {k: _np(v) for k, v in reference.items()}
+        if action_scale is None:
+            action_scale, scale_source = default_scale(ref_np[action.name])
+        tol = dict(DEFAULT_TOLERANCE)
+        tol.update(tolerance or {})
+
+    with staged_directory(out_dir) as stage:
+        with step(2, total, "exporting with torch.export"):
+            try:
+                # under no_grad, a policy's own @torch.no_grad (LeRobot's predict_action_chunk) changes
+                # nothing and leaves no grad-mode submodule in the graph, which the quantizer cannot read
+                with torch.no_grad():
+                    exported = torch.export.export(model, tuple(example.values()))
+            except Exception as e:
+                raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
+            buf = io.BytesIO()
+            torch.export.save(exported, buf)
+            portable = buf.getvalue()
+            (stage / PORTABLE_FILE).write_bytes(portable)
+        with step(3, total, f"lowering to OpenVINO for {device} ({precision})"):
+            data = lower_program(exported, device)
+            file = f"program_{device.lower()}.pte"
+            (stage / file).write_bytes(data)
+            program = _program_entry(data, device, file, precision)
+        with step(4, total, "writing the test case and manifest"):
+            arrays = {f"input/{k}": _np(v) for k, v in example.items()}
+            arrays.update({f"output/{k}": v for k, v in ref_np.items()})
+            case = io.BytesIO()
+            np.savez(case, **arrays)  # type: ignore[arg-type]
+            (stage / TEST_CASE_FILE).write_bytes(case.getvalue())
+            manifest = Manifest(
+                policy_name=name,
+                description=description,
+                inputs=inputs,
+                outputs=outputs,
+                action_output=action.name,
+                chunk_length=chunk,
+                action_names=tuple(names),
+                control_rate_hz=float(control_rate_hz),
+                programs={device: program},
+                test_case=TestCaseEntry(
+                    TEST_CASE_FILE, sha256_bytes(case.getvalue()), tol, {action.name: action_scale}, scale_source
+                ),
+                portable_program=FileEntry(PORTABLE_FILE, sha256_bytes(portable)),
+                tools=tool_versions(),
+                created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+                source=dict(source or {}),
+                model_batch=model_batch,
+            )
+            manifest.write(stage)
+            Bundle.open(stage, verify_all=True)
     log.info("bundle written to %s (%s program: %s delegation)", out_dir, device, program.delegation)
     return Bundle.open(out_dir, verify_all=True)
 

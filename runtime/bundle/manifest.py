@@ -21,7 +21,9 @@ FORMAT_VERSION: Final = 1
 MANIFEST_FILE: Final = "manifest.json"
 
 Device = Literal["CPU", "GPU", "NPU"]
-Precision = Literal["f32", "f16", "bf16"]
+# int8: post-training quantised weights and activations (``lerobot-runtime quantize``); the float
+# precisions are what the program was lowered for.
+Precision = Literal["f32", "f16", "bf16", "int8"]
 InputRole = Literal["image", "state", "env", "other"]
 OutputRole = Literal["action", "other"]
 
@@ -29,8 +31,9 @@ DEVICES: Final[tuple[str, ...]] = get_args(Device)
 PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
 DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool")
 
-# Parity tolerance (max absolute error vs the eager reference) by the precision the device really ran.
-DEFAULT_TOLERANCE: Final[Mapping[str, float]] = {"f32": 2e-5, "f16": 0.075, "bf16": 0.075}
+# Parity tolerance by the precision the device really ran: the largest error accepted, in the units of
+# the test case's ``scale`` (normalised action units for a LeRobot policy; see TestCaseEntry).
+DEFAULT_TOLERANCE: Final[Mapping[str, float]] = {"f32": 2e-5, "f16": 0.075, "bf16": 0.075, "int8": 0.15}
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,19 @@ class TestCaseEntry:
     file: str
     sha256: str
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    # Per output, one divisor per element of its last axis: an error counts as |got - reference| / scale,
+    # so the tolerance means the same for actions of magnitude 40 as for actions of magnitude 1. For a
+    # LeRobot policy the action's scale is its normalisation statistic (std, or half the min-max range);
+    # outputs not named here are compared in absolute units.
+    scale: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    scale_source: str = "absolute"  # what the scale is, for people reading the log and the manifest
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "tolerance": dict(self.tolerance)}
+        out: dict[str, Any] = {"file": self.file, "sha256": self.sha256, "tolerance": dict(self.tolerance)}
+        if self.scale:
+            out["scale"] = {k: list(v) for k, v in self.scale.items()}
+            out["scale_source"] = self.scale_source
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,13 @@ class Manifest:
     tools: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
     created_utc: str = ""
+    # Where the policy came from (for a LeRobot checkpoint: policy type, version, n_action_steps...),
+    # and how a leading batch dimension of the model was handled (1: the model takes a batch of one, the
+    # program adds and removes it inside the graph, the wire stays unbatched; 0: no batch dimension).
+    source: Mapping[str, Any] = field(default_factory=dict)
+    model_batch: int = 0
+    # For an int8 bundle: the calibration source and the accuracy gate's result (see quantize).
+    quantization: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     @property
@@ -138,6 +158,12 @@ class Manifest:
         }
         if self.portable_program is not None:
             out["portable_program"] = self.portable_program.to_json()
+        if self.source:
+            out["source"] = dict(self.source)
+        if self.model_batch:
+            out["model_batch"] = self.model_batch
+        if self.quantization:
+            out["quantization"] = dict(self.quantization)
         return out
 
     def write(self, directory: str | Path) -> Path:
@@ -288,7 +314,21 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
                 f"test_case.tolerance.{prec}", f"a non-negative number for one of {', '.join(PRECISIONS)}", tol
             )
         tolerance[prec] = float(tol)
-    test_case = TestCaseEntry(tc_file, _sha(r, tc, "test_case"), tolerance)
+    scale_raw = r.opt(tc, "scale", "test_case", dict, "an object of output -> list of positive numbers", {})
+    scale: dict[str, tuple[float, ...]] = {}
+    for out_name, values in scale_raw.items():
+        at = f"test_case.scale.{out_name}"
+        spec = next((o for o in outputs if o.name == out_name), None)
+        if spec is None:
+            raise r.fail(at, f"the name of an output ({', '.join(o.name for o in outputs)})", out_name)
+        ok = isinstance(values, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in values
+        )
+        if not ok or len(values) != spec.shape[-1]:
+            raise r.fail(at, f"{spec.shape[-1]} positive numbers (one per element of the last axis)", values)
+        scale[out_name] = tuple(float(v) for v in values)
+    scale_source = r.opt(tc, "scale_source", "test_case", str, "a string", "absolute" if not scale else "")
+    test_case = TestCaseEntry(tc_file, _sha(r, tc, "test_case"), tolerance, scale, scale_source)
 
     portable = None
     if "portable_program" in data:
@@ -296,6 +336,11 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
         portable = FileEntry(
             r.get(pp, "file", "portable_program", str, "a .pt2 file name"), _sha(r, pp, "portable_program")
         )
+    source = r.opt(data, "source", "", dict, "an object describing where the policy came from", {})
+    model_batch = r.opt(data, "model_batch", "", int, "0 or 1", 0)
+    if model_batch not in (0, 1):
+        raise r.fail("model_batch", "0 (no batch dimension) or 1 (a batch of one, removed in the graph)", model_batch)
+    quantization = r.opt(data, "quantization", "", dict, "an object describing the quantisation", {})
     tools = r.opt(data, "tools", "", dict, "an object of tool -> version", {})
     if not all(isinstance(v, str) for v in tools.values()):
         raise r.fail("tools", "an object of tool name -> version string", tools)
@@ -313,6 +358,9 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
         portable_program=portable,
         tools=dict(tools),
         created_utc=r.opt(data, "created_utc", "", str, "an ISO-8601 time", ""),
+        source=dict(source),
+        model_batch=model_batch,
+        quantization=dict(quantization),
         format_version=version,
     )
 

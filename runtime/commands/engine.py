@@ -61,18 +61,37 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = commands.add_parser("export", help="export a PyTorch policy into a bundle (needs the export extra)")
-    p.add_argument(
+    p = commands.add_parser(
+        "export", help="export a PyTorch policy or a LeRobot checkpoint into a bundle (needs the export extra)"
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument(
         "--factory",
-        required=True,
         metavar="FILE.py:FUNC",
         help="FUNC() returns (torch.nn.Module, dict of named example input tensors)",
+    )
+    what.add_argument(
+        "--lerobot",
+        metavar="CHECKPOINT_DIR",
+        help="a LeRobot checkpoint directory (config.json, model.safetensors, policy_*processor files)",
     )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--device", default="CPU", choices=["CPU", "GPU", "NPU"])
     p.add_argument("--precision", default="f32", choices=["f32", "f16", "bf16"])
-    p.add_argument("--name", help="policy name (default: the factory function's name)")
-    p.add_argument("--action-names", help="comma-separated joint names (default: SO-101 joints for 6-dim actions)")
+    p.add_argument("--name", help="policy name (default: the factory function's name, or lerobot_<type>)")
+    p.add_argument(
+        "--action-names",
+        help="comma-separated joint names (default: from the checkpoint, else SO-101 joints for a 6-dim factory)",
+    )
+    p.add_argument("--image-inputs", help="comma-separated names of the camera inputs (default: uint8 HxWxC inputs "
+                   "and inputs whose name contains 'image')")
+    p.add_argument("--n-action-steps", type=int, help="--lerobot: steps of each chunk to serve (default: the config's)")
+    p.add_argument(
+        "--tolerance",
+        metavar="PREC=ERR,...",
+        help="parity tolerance per precision, in the test case's units (normalised action units for "
+        "LeRobot checkpoints), e.g. f32=1e-4,bf16=0.05",
+    )
     p.add_argument("--control-rate-hz", type=float, default=30.0)
     p.set_defaults(func=cmd_export)
 
@@ -81,6 +100,24 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--device", required=True, choices=["CPU", "GPU", "NPU"])
     p.add_argument("--precision", choices=["f32", "f16", "bf16"])
     p.set_defaults(func=cmd_lower)
+
+    p = commands.add_parser("quantize", help="post-training INT8 of a bundle, with an accuracy gate (export extra)")
+    p.add_argument("bundle", metavar="BUNDLE", help="an f32 bundle with its portable program (model.pt2)")
+    p.add_argument(
+        "--calibration",
+        required=True,
+        metavar="DIR",
+        help="recorded observations: a directory of .npz files, one observation each, arrays named as the inputs",
+    )
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument(
+        "--max-error",
+        type=float,
+        default=None,
+        help="largest INT8-vs-f32 action error on held-out observations, in normalised action units (default 0.2)",
+    )
+    p.add_argument("--held-out", type=float, default=0.25, help="fraction of observations held out (default 0.25)")
+    p.set_defaults(func=cmd_quantize)
 
     p = commands.add_parser("check", help="load a bundle, prove parity, measure latency")
     p.add_argument(
@@ -99,6 +136,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="FILE.py:FUNC",
         help="model factory (default: the ACT-size model)",
     )
+    p.add_argument("--lerobot", default="", metavar="CHECKPOINT_DIR", help="bench a LeRobot checkpoint instead")
+    p.add_argument(
+        "--calibration",
+        default="",
+        metavar="DIR",
+        help="recorded observations for the INT8 rows (default: synthetic ones around the test case)",
+    )
+    p.add_argument(
+        "--precisions", default="f32,bf16,int8", help="comma-separated rows to build (default f32,bf16,int8)"
+    )
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--cpus", type=parse_cpu_list, default=(), metavar="LIST")
     p.add_argument("--control-cpu", type=int, default=0)
@@ -107,20 +154,59 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_bench_engine)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from runtime.bundle.export import export_bundle
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else None
 
-    names = tuple(n.strip() for n in args.action_names.split(",")) if args.action_names else None
-    bundle = export_bundle(
-        args.factory,
-        args.out,
-        device=args.device,
-        precision=args.precision,
-        policy_name=args.name,
-        action_names=names,
-        control_rate_hz=args.control_rate_hz,
-    )
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from runtime.bundle.export import export_bundle, parse_tolerance
+
+    tolerance = parse_tolerance(args.tolerance) if args.tolerance else None
+    if args.lerobot:
+        from runtime.bundle.lerobot import export_lerobot
+
+        if args.image_inputs:
+            raise ConfigError("--image-inputs: a LeRobot checkpoint names its cameras itself (VISUAL features)")
+        bundle = export_lerobot(
+            args.lerobot,
+            args.out,
+            device=args.device,
+            precision=args.precision,
+            n_action_steps=args.n_action_steps,
+            action_names=_names(args.action_names),
+            control_rate_hz=args.control_rate_hz,
+            tolerance=tolerance,
+            policy_name=args.name,
+        )
+    else:
+        if args.n_action_steps:
+            raise ConfigError("--n-action-steps applies to --lerobot checkpoints; a factory's model sets its chunk")
+        bundle = export_bundle(
+            args.factory,
+            args.out,
+            device=args.device,
+            precision=args.precision,
+            policy_name=args.name,
+            action_names=_names(args.action_names),
+            control_rate_hz=args.control_rate_hz,
+            image_inputs=_names(args.image_inputs),
+            tolerance=tolerance,
+        )
     print(bundle.path)
+    return 0
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from runtime.bundle.quantize import DEFAULT_MAX_ERROR, gate_summary, quantize_bundle
+
+    bundle = quantize_bundle(
+        args.bundle,
+        args.calibration,
+        args.out,
+        max_error=DEFAULT_MAX_ERROR if args.max_error is None else args.max_error,
+        held_out_fraction=args.held_out,
+    )
+    print(f"{bundle.path}\n  {gate_summary(bundle.manifest.quantization)}")
     return 0
 
 
@@ -175,6 +261,8 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         "timing_ms": report.timing_ms,
         "rss_mb": rss_mb,
         "torch_imported": "torch" in sys.modules,
+        "program_precision": bundle.manifest.programs[engine.info.device].precision,
+        "quantization": dict(bundle.manifest.quantization),
     }
 
 
@@ -195,28 +283,46 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"{result['bundle']}: policy {result['policy']} on {result['device']} via {result['engine']} "
             f"({result['precision']}, {result['threads']} threads on CPUs {result['cpus']})\n"
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
+            f"in {p.get('units', 'absolute')} units "
             f"(tolerance {p['tolerance']:.3g})\n"
             f"  latency: median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms over {lat['runs']} runs\n"
             f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
             f"torch imported: {result['torch_imported']}"
         )
+        if result["quantization"]:
+            from runtime.bundle.quantize import gate_summary
+
+            print(f"  program: int8; {gate_summary(result['quantization'])}")
     return 0 if result["ok"] else 1
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> int:
     from runtime.bench.engine import run_engine_bench
 
+    precisions = tuple(p.strip() for p in args.precisions.split(",") if p.strip())
+    bad = [p for p in precisions if p not in ("f32", "bf16", "int8")]
+    if bad or "f32" not in precisions:
+        raise ConfigError(f"--precisions: expected f32 plus any of bf16, int8, got {args.precisions!r}")
     result = run_engine_bench(
-        args.factory, runs=args.runs, cpus=args.cpus, control_cpu=args.control_cpu, threads=args.threads
+        args.factory,
+        lerobot=args.lerobot,
+        calibration=args.calibration,
+        precisions=precisions,
+        runs=args.runs,
+        cpus=args.cpus,
+        control_cpu=args.control_cpu,
+        threads=args.threads,
     )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
+        print(f"CPU flags: {' '.join(result['machine']['cpu_flags']) or 'none of AVX2/AVX-512/VNNI/BF16/AMX'}")
         for row in result["rows"]:
             print(
                 f"{row['name']:<22} median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
-                f"x{row['speedup_vs_eager']:.2f} vs eager  parity {row['max_abs_err']:.2g} ({row['precision']})"
+                f"x{row['speedup_vs_eager']:.2f} vs eager  error {row['error']:.2g} ({row['precision']})"
             )
+        print(f"errors in units of {result['rows'][0]['error_units']}")
         cs = result["cold_start"]
         if "error" in cs:
             print(f"cold start (openvino engine, fresh process): failed: {cs['error']}")

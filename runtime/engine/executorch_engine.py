@@ -95,7 +95,7 @@ class ExecuTorchEngine(Engine):
         self._output_views = [t.numpy() for t in self._native.get_outputs(clone_outputs=False)]
 
         precision, threads = self._read_back(ov, method, device)
-        if requested_precision and requested_precision != precision:
+        if requested_precision and requested_precision not in (precision, "int8"):
             log.warning(
                 "engine executorch cannot apply INFERENCE_PRECISION_HINT=%s: ExecuTorch's OpenVINO backend "
                 "passes no properties at load, so %s runs at the plugin default %s; use --engine openvino "

@@ -21,7 +21,9 @@ from runtime.log import one_line
 
 log = logging.getLogger(__name__)
 
-_OV_PRECISION = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+# int8 programs carry their quantisation in the graph; what is left unquantised runs in f32, as the
+# accuracy gate measured it
+_OV_PRECISION = {"f32": "f32", "f16": "f16", "bf16": "bf16", "int8": "f32"}
 
 
 def ov_precision_name(value: Any) -> str:

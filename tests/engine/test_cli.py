@@ -124,14 +124,28 @@ def test_bad_factory_spec(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
     assert "has no function 'nope'" in caplog.text
 
 
+@pytest.mark.timeout(1200)  # three exports and a quantisation: minutes on a loaded 2-core machine
 def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "engine", "--factory", TINY, "--runs", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    names = [r["name"] for r in result["rows"]]
-    assert names == ["eager_pytorch_f32", "openvino_f32", "openvino_bf16", "executorch_default"]
-    for row in result["rows"]:
+    rows = {r["name"]: r for r in result["rows"]}
+    assert list(rows) == [
+        "eager_pytorch_f32",
+        "openvino_f32",
+        "executorch_f32",
+        "openvino_bf16",
+        "executorch_bf16",
+        "openvino_int8",
+        "executorch_int8",
+    ]
+    for row in rows.values():
         assert row["median_ms"] > 0 and row["speedup_vs_eager"] > 0
-    assert result["rows"][1]["max_abs_err"] < 2e-5  # f32 engine matches eager
+        assert row["error_units"].startswith("max(1, peak")
+    assert rows["openvino_f32"]["error"] < 2e-5  # f32 engine matches eager
+    assert rows["openvino_int8"]["precision"].startswith("int8")
+    assert 0 < rows["openvino_int8"]["error"] < 1  # quantised: not exact, not garbage
+    assert result["int8"]["calibration"].startswith("synthetic")
+    assert result["machine"]["cpu_flags"]  # the flags that explain the numbers
     cold = result["cold_start"]
     assert cold["openvino"]["torch_imported"] is False and cold["executorch"]["torch_imported"] is True
     assert cold["openvino"]["rss_mb"] > 0 and cold["openvino"]["ready_ms"] > 0

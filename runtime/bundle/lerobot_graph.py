@@ -1,0 +1,87 @@
+"""The torch module that ``torch.export`` sees for a LeRobot policy: observation in, joint targets out.
+
+Inputs are unbatched and in the checkpoint's feature order, named as LeRobot names them
+(``observation.images.front``, ``observation.state``): cameras as ``uint8`` [H, W, 3], the rest as
+float32. Policies that look at ``n_obs_steps > 1`` observations take each input with that many
+frames first ([n_obs_steps, H, W, 3]); the server keeps the history (see runtime.server.history).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from runtime.bundle.lerobot import NOISE_INPUT, LoadedCheckpoint
+
+
+class LeRobotGraph(nn.Module):
+    """LeRobot's inference pipeline for one observation, as one traceable module."""
+
+    def __init__(self, loaded: LoadedCheckpoint, n_action_steps: int) -> None:
+        super().__init__()
+        ckpt = loaded.checkpoint
+        self.policy = loaded.policy
+        self.normalizer = loaded.normalizer
+        self.unnormalizer = loaded.unnormalizer
+        self.names = [f.name for f in ckpt.inputs]
+        self.images = {f.name for f in ckpt.inputs if f.type == "VISUAL"}
+        self.history = ckpt.n_obs_steps > 1
+        self.diffusion = ckpt.policy_type == "diffusion"
+        self.n_action_steps = n_action_steps
+        self.first_step = 0
+        self.timesteps: list[int] = []
+        if self.diffusion:
+            from runtime.bundle.lerobot_diffusion import timesteps
+
+            # LeRobot's Diffusion Policy executes steps n_obs_steps-1 .. +n_action_steps of its horizon
+            self.first_step = ckpt.n_obs_steps - 1
+            self.timesteps = timesteps(self.policy)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        batch: dict[str, Any] = {}
+        for name, x in zip(self.names, inputs[: len(self.names)], strict=True):
+            if name in self.images:
+                # as prepare_observation_for_inference: float in [0, 1], channels first
+                n = x.dim()  # positive axes: OpenVINO's converter refuses negative permutation axes
+                x = (x.to(torch.float32) / 255).permute(*range(n - 3), n - 1, n - 3, n - 2)
+            batch[name] = x.unsqueeze(0)
+        batch = self.normalizer._normalize_observation(batch, inverse=False)
+        if self.diffusion:
+            from runtime.bundle.lerobot_diffusion import sample_actions
+
+            actions = sample_actions(self.policy, batch, inputs[len(self.names)].unsqueeze(0), self.timesteps)
+        else:
+            actions = self.policy.predict_action_chunk(batch)
+        actions = self.unnormalizer._normalize_action(actions, inverse=True)
+        out: torch.Tensor = actions[0, self.first_step : self.first_step + self.n_action_steps]
+        return out
+
+
+def example_inputs(loaded: LoadedCheckpoint, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded inputs of the program's shapes: the bundle's test case.
+
+    State and environment inputs are drawn around the normalisation statistics, so the normalised
+    values the network sees are of order one, as in real use.
+    """
+    ckpt = loaded.checkpoint
+    gen = torch.Generator().manual_seed(seed)
+    frames = (ckpt.n_obs_steps,) if ckpt.n_obs_steps > 1 else ()
+    out: dict[str, torch.Tensor] = {}
+    stats = loaded.normalizer._tensor_stats
+    for f in ckpt.inputs:
+        if f.type == "VISUAL":
+            c, h, w = f.shape
+            out[f.name] = torch.randint(0, 256, (*frames, h, w, c), dtype=torch.uint8, generator=gen)
+            continue
+        x = torch.randn(*frames, *f.shape, generator=gen)
+        s = stats.get(f.name, {})
+        if "mean" in s and "std" in s:
+            x = x * s["std"].float() + s["mean"].float()
+        elif "min" in s and "max" in s:
+            x = s["min"].float() + (x.clamp(-2, 2) + 2) / 4 * (s["max"] - s["min"]).float()
+        out[f.name] = x.contiguous()
+    if ckpt.policy_type == "diffusion":
+        out[NOISE_INPUT] = torch.randn(ckpt.chunk_size, ckpt.action.shape[0], generator=gen)
+    return out

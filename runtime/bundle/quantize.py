@@ -1,0 +1,253 @@
+"""``lerobot-runtime quantize``: post-training INT8 of a bundle, calibrated on recorded observations.
+
+The bundle's portable program is quantised with ExecuTorch's own OpenVINO quantizer (NNCF under the
+hood, INT8 weights and activations, the transformer preset) and lowered as usual, so the result is
+a ``.pte`` bundle like any other and both engines run it.
+
+Nothing is served before an accuracy gate: the observations are split into a calibration set and a
+held-out set, and the INT8 program's action error against the float program on the held-out set,
+in the bundle's normalised units, must stay within a bound. The result is recorded in the manifest
+(``quantization``) and ``check`` reports it. The bundle's own test case is too little to calibrate
+on (one observation): calibration needs real observations, recorded from the robot.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import logging
+import shutil
+import sys
+from collections.abc import Mapping
+from contextlib import redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from runtime.bundle.bundle import Bundle, sha256_bytes
+from runtime.bundle.manifest import FileEntry, Manifest, TestCaseEntry
+from runtime.engine.validate import validate_inputs
+from runtime.errors import ExportError, InputValidationError, ParityError
+
+log = logging.getLogger(__name__)
+
+# Largest INT8-vs-float action error accepted on held-out observations, in normalised action units:
+# no joint target of any step may move by more than 0.2 std of that joint's motion in the training data.
+DEFAULT_MAX_ERROR: Final = 0.2
+MIN_OBSERVATIONS: Final = 4
+
+
+def load_observations(source: str | Path, manifest: Manifest) -> list[dict[str, np.ndarray]]:
+    """A directory of ``.npz`` files, one observation each, arrays named as the bundle's inputs.
+
+    ``input/<name>`` keys (the test case's layout) are accepted too. An input that the recording
+    lacks but the program draws itself (Diffusion Policy's ``noise``) is filled with seeded noise.
+    Every observation is validated against the bundle's inputs; an error names the file and input.
+    """
+    root = Path(source)
+    if not root.is_dir():
+        raise ExportError(f"--calibration: {root} is not a directory of recorded observations (.npz files)")
+    files = sorted(root.glob("*.npz"))
+    if len(files) < MIN_OBSERVATIONS:
+        raise ExportError(
+            f"--calibration: {root} holds {len(files)} .npz observation(s); at least {MIN_OBSERVATIONS} are needed "
+            "(some calibrate, the rest are held out for the accuracy gate); a few hundred from real runs is right"
+        )
+    rng = np.random.default_rng(0)
+    out = []
+    for f in files:
+        with np.load(f, allow_pickle=False) as npz:
+            arrays = {k.removeprefix("input/"): npz[k] for k in npz.files if not k.startswith("output/")}
+        for spec in manifest.inputs:
+            if spec.name not in arrays and spec.name == "noise":
+                arrays[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+        try:
+            ordered = validate_inputs(manifest.inputs, arrays)
+        except InputValidationError as e:
+            raise ExportError(f"--calibration: {f}: {e}") from e
+        out.append({spec.name: a for spec, a in zip(manifest.inputs, ordered, strict=True)})
+    return out
+
+
+def action_error(got: np.ndarray, ref: np.ndarray, scale: tuple[float, ...] | None) -> np.ndarray:
+    diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    return diff / np.asarray(scale, dtype=np.float64) if scale else diff
+
+
+def quantize_bundle(
+    bundle_path: str | Path,
+    calibration: str | Path,
+    out: str | Path,
+    *,
+    max_error: float = DEFAULT_MAX_ERROR,
+    held_out_fraction: float = 0.25,
+) -> Bundle:
+    """Write an INT8 copy of the bundle at ``out``, or refuse it (nothing written) when the gate fails."""
+    from runtime.bundle.export import (
+        PORTABLE_FILE,
+        TEST_CASE_FILE,
+        _program_entry,
+        _torch,
+        lower_program,
+        staged_directory,
+        step,
+        tool_versions,
+    )
+
+    torch = _torch()
+    try:
+        from executorch.backends.openvino.quantizer import QuantizationMode, quantize_model
+    except ImportError as e:
+        raise ExportError(f"quantizing needs ExecuTorch's OpenVINO quantizer and nncf ({e})") from e
+    for handler in logging.getLogger("nncf").handlers:  # NNCF logs to stdout, which belongs to --json
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    if not 0 < held_out_fraction < 1:
+        raise ExportError(f"--held-out: expected a fraction between 0 and 1, got {held_out_fraction}")
+    src = Bundle.open(bundle_path, verify_all=True)
+    m = src.manifest
+    if m.portable_program is None:
+        raise ExportError(f"{bundle_path}: no portable program (model.pt2) to quantise; re-export the bundle")
+    if "CPU" not in m.programs or m.programs["CPU"].precision != "f32":
+        have = {d: p.precision for d, p in m.programs.items()}
+        raise ExportError(f"{bundle_path}: quantising starts from an f32 CPU program; the bundle has {have}")
+    observations = load_observations(calibration, m)
+    n_held = max(1, round(len(observations) * held_out_fraction))
+    calib, held = observations[:-n_held], observations[-n_held:]
+    case = src.test_case()
+    scale = case.scale.get(m.action_output)
+    total = 4
+
+    with step(1, total, f"calibrating INT8 on {len(calib)} observations"):
+        exported = torch.export.load(str(src.path / m.portable_program.file))
+        example = tuple(torch.from_numpy(case.inputs[s.name]) for s in m.inputs)
+        data = [tuple(torch.from_numpy(o[s.name]) for s in m.inputs) for o in calib]
+        bias_correction = True
+
+        def run(**options: Any) -> Any:
+            # the quantizer prints its progress; stdout belongs to the command's result (--json)
+            with redirect_stdout(sys.stderr):
+                return quantize_model(
+                    exported.module(), data, mode=QuantizationMode.INT8_TRANSFORMER, subset_size=len(data), **options
+                )
+
+        try:
+            try:
+                quantized = run()
+            except TypeError as e:
+                # NNCF 3.2's fast bias correction fails on layers fed unbatched 1-D tensors
+                # ("iteration over a 0-d tensor"); quantise without it rather than not at all
+                log.warning("NNCF bias correction failed (%s); quantising without it", e)
+                bias_correction = False
+                quantized = run(fast_bias_correction=None)
+            with torch.no_grad():
+                q_exported = torch.export.export(quantized, example)
+        except Exception as e:
+            raise ExportError(f"INT8 quantisation failed: {type(e).__name__}: {e}") from e
+
+    with staged_directory(Path(out)) as stage:
+        with step(2, total, "lowering the INT8 program for CPU"):
+            program = lower_program(q_exported, "CPU")
+            file = "program_cpu.pte"
+            (stage / file).write_bytes(program)
+            entry = _program_entry(program, "CPU", file, "int8")
+            buf = io.BytesIO()
+            torch.export.save(q_exported, buf)
+            (stage / PORTABLE_FILE).write_bytes(buf.getvalue())
+        with step(3, total, f"accuracy gate on {len(held)} held-out observations"):
+            # the bundle's own test case too: the INT8 bundle's load-time parity replays it against this bound
+            gate = accuracy_gate(src, stage, file, [*held, case.inputs], scale, case.scale_source, max_error)
+        with step(4, total, "writing the test case and manifest"):
+            shutil.copyfile(src.path / m.test_case.file, stage / TEST_CASE_FILE)
+            tolerance = dict(m.test_case.tolerance)
+            tolerance["int8"] = max_error
+            manifest = replace(
+                m,
+                programs={"CPU": entry},
+                test_case=TestCaseEntry(
+                    TEST_CASE_FILE, m.test_case.sha256, tolerance, dict(m.test_case.scale), m.test_case.scale_source
+                ),
+                portable_program=FileEntry(PORTABLE_FILE, sha256_bytes(buf.getvalue())),
+                tools=tool_versions(),
+                created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+                quantization={
+                    "method": "NNCF post-training INT8 (ExecuTorch OpenVINO quantizer, INT8_TRANSFORMER)",
+                    "calibration": str(Path(calibration).resolve()),
+                    "calibration_observations": len(calib),
+                    "bias_correction": bias_correction,
+                    "from_bundle": str(src.path.resolve()),
+                    "gate": gate,
+                },
+            )
+            manifest.write(stage)
+            Bundle.open(stage, verify_all=True)
+    log.info(
+        "INT8 bundle written to %s: held-out action error max %.3g, mean %.3g %s (bound %.3g)",
+        out,
+        gate["max_error"],
+        gate["mean_error"],
+        gate["units"],
+        max_error,
+    )
+    return Bundle.open(out, verify_all=True)
+
+
+def accuracy_gate(
+    src: Bundle,
+    stage: Path,
+    file: str,
+    held: list[dict[str, np.ndarray]],
+    scale: tuple[float, ...] | None,
+    units: str,
+    max_error: float,
+) -> dict[str, Any]:
+    """INT8 (``stage/file``) vs the float program of ``src`` on ``held``; ParityError over the bound."""
+    import openvino as ov
+
+    from runtime.bundle.pte import parse_program
+    from runtime.engine.openvino_engine import import_blob
+
+    m = src.manifest
+    name = m.action_output
+    index = [o.name for o in m.outputs].index(name)
+
+    def runner(data: bytes) -> Any:
+        method = parse_program(data, file)["forward"]
+        props = {"INFERENCE_PRECISION_HINT": "f32"}
+        compiled, _ = import_blob(ov.Core(), bytes(method.delegates[0].payload), "CPU", props)
+        request = compiled.create_infer_request()
+        return lambda obs: np.array(request.infer([obs[s.name] for s in m.inputs])[index], copy=True)
+
+    float_run = runner(src.read_program("CPU"))
+    int8_run = runner((stage / file).read_bytes())
+    errors = [action_error(int8_run(o), float_run(o), scale) for o in held]
+    worst = max(float(e.max()) for e in errors)
+    mean = float(np.mean([e.mean() for e in errors]))
+    gate = {
+        "held_out_observations": len(held),
+        "max_error": worst,
+        "mean_error": mean,
+        "bound": max_error,
+        "units": units,
+        "ok": worst <= max_error,
+    }
+    if not worst <= max_error:
+        raise ParityError(
+            f"INT8 refused: on {len(held)} held-out observations the INT8 program's action differs from the float "
+            f"program's by up to {worst:.3g} (mean {mean:.3g}) in units of {units}; the bound is {max_error:.3g}. "
+            "Calibrate on more (and more varied) recorded observations, or raise --max-error knowingly"
+        )
+    return gate
+
+
+def gate_summary(quantization: Mapping[str, Any]) -> str:
+    g = quantization.get("gate", {})
+    if not g:
+        return ""
+    return (
+        f"INT8 gate: max {g.get('max_error', float('nan')):.3g}, mean {g.get('mean_error', float('nan')):.3g} "
+        f"in units of {g.get('units', '?')} on {g.get('held_out_observations', '?')} held-out observations "
+        f"(bound {g.get('bound', float('nan')):.3g})"
+    )

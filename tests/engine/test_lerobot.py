@@ -1,0 +1,135 @@
+"""A LeRobot ACT checkpoint, written by LeRobot's own save_pretrained, exported and served.
+
+The served chunk is compared with LeRobot's own pipeline on the same checkpoint: the observation as
+``prepare_observation_for_inference`` makes it, the preprocessor, ``predict_action_chunk`` and the
+postprocessor. Skipped, with the reason, where LeRobot cannot be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from runtime.bundle.lerobot import lerobot_available
+
+REASON = lerobot_available()
+pytestmark = [pytest.mark.export, pytest.mark.skipif(REASON is not None, reason=f"needs LeRobot: {REASON}")]
+
+JOINTS = ("shoulder_pan.pos", "shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos", "wrist_roll.pos", "gripper.pos")
+
+
+def lerobot_chunk(checkpoint: Path, observation: dict[str, np.ndarray]) -> np.ndarray:
+    """LeRobot's own inference pipeline, as its robot loop runs it."""
+    import torch
+    from lerobot.policies.utils import prepare_observation_for_inference
+
+    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+
+    loaded = load_checkpoint(read_checkpoint(checkpoint))
+    obs = prepare_observation_for_inference({k: v.copy() for k, v in observation.items()}, torch.device("cpu"))
+    with torch.no_grad():
+        chunk = loaded.postprocessor(loaded.policy.predict_action_chunk(loaded.preprocessor(obs)))
+    return np.asarray(chunk[0].numpy())
+
+
+def _observation(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "observation.images.front": rng.integers(0, 256, (96, 128, 3), dtype=np.uint8),
+        "observation.state": (rng.normal(size=6) * 30).astype(np.float32),
+    }
+
+
+def _load(bundle: Path, engine: str) -> Any:
+    from runtime.engine.config import EngineConfig
+    from runtime.engine.loader import LoadReport, load_engine
+
+    before = os.sched_getaffinity(0)
+    report = LoadReport()
+    loaded = load_engine(EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0), report=report)  # type: ignore[arg-type]
+    os.sched_setaffinity(0, before)
+    return loaded, report
+
+
+def test_manifest_speaks_lerobot(act_bundle: Path) -> None:
+    m = json.loads((act_bundle / "manifest.json").read_text())
+    assert [(i["name"], i["dtype"], i["shape"], i["role"]) for i in m["inputs"]] == [
+        ("observation.images.front", "uint8", [96, 128, 3], "image"),
+        ("observation.state", "float32", [6], "state"),
+    ]
+    assert m["outputs"][0]["shape"] == [20, 6]  # unbatched on the wire
+    assert m["model_batch"] == 1
+    assert m["action"]["names"] == list(JOINTS)
+    assert m["source"]["kind"] == "lerobot" and m["source"]["policy_type"] == "act"
+    # the parity scale is the action's std from the postprocessor's statistics
+    from safetensors.numpy import load_file
+
+    stats = load_file(next(act_bundle.parent.parent.glob("lerobot*/act/policy_postprocessor_step_0_*.safetensors")))
+    np.testing.assert_allclose(m["test_case"]["scale"]["action"], stats["action.std"], rtol=1e-6)
+    assert "std" in m["test_case"]["scale_source"]
+    assert not list(act_bundle.parent.glob(".act.partial-*"))
+
+
+@pytest.mark.parametrize("engine", ["openvino", "executorch"])
+def test_served_chunk_matches_lerobot_pipeline(act_checkpoint: Path, act_bundle: Path, engine: str) -> None:
+    loaded, report = _load(act_bundle, engine)
+    try:
+        assert report.parity.ok and "action std" in report.parity.units
+        for seed in (1, 2):
+            obs = _observation(seed)
+            got = loaded.infer(obs)["action"]
+            want = lerobot_chunk(act_checkpoint, obs)
+            assert got.shape == want.shape == (20, 6)
+            scale = np.asarray(json.loads((act_bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
+            err = np.abs(got - want) / scale
+            assert err.max() < 2e-5, f"normalised error {err.max():.3g}"
+            assert np.abs(want).max() > 5  # un-normalised actions of real magnitude, not normalised ones
+    finally:
+        loaded.close()
+
+
+def test_served_over_the_wire(act_checkpoint: Path, act_bundle: Path, tmp_path: Path) -> None:
+    from runtime.client import PolicyClient
+    from runtime.server import PolicyServer, ServerConfig
+
+    engine, _ = _load(act_bundle, "openvino")
+    obs = _observation(3)
+    with (
+        PolicyServer(engine, ServerConfig(endpoints=("ipc://p.sock",)), runtime_directory=tmp_path) as server,
+        PolicyClient(server.bound_endpoints[0], timeout_s=10) as client,
+    ):
+        info = client.hello()
+        assert info.action_names == JOINTS
+        chunk = client.infer(obs).actions
+    want = lerobot_chunk(act_checkpoint, obs)
+    np.testing.assert_allclose(chunk, want, rtol=0, atol=2e-5 * 30)
+
+
+def test_relative_tolerance_refuses_a_real_error(act_bundle: Path, tmp_path: Path) -> None:
+    """An error of 1e-3 normalised units is refused; the log names both the error and its scale."""
+    import io
+    import shutil
+
+    from runtime.bundle.bundle import sha256_bytes
+    from runtime.errors import ParityError
+
+    b = tmp_path / "b"
+    shutil.copytree(act_bundle, b)
+    m = json.loads((b / "manifest.json").read_text())
+    with np.load(b / "test_case.npz") as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["output/action"][5, 2] += 1e-3 * m["test_case"]["scale"]["action"][2]
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    (b / "test_case.npz").write_bytes(buf.getvalue())
+    m["test_case"]["sha256"] = sha256_bytes(buf.getvalue())
+    (b / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ParityError) as err:
+        _load(b, "openvino")
+    assert "max abs error 0.001 in units of action std" in str(err.value)
+    assert "at [5, 2]" in str(err.value)
