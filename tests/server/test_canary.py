@@ -72,3 +72,16 @@ def test_a_program_that_goes_wrong_while_serving_is_caught_and_no_chunk_follows(
 def test_canary_interval_is_validated(value: float) -> None:
     with pytest.raises(ConfigError, match=r"server.canary_interval_s: expected 0 .* got"):
         ServerConfig(canary_interval_s=value)
+
+
+def test_bench_canary_reports_the_cost_per_check_and_the_delay_it_adds(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from runtime.cli import main
+
+    assert main(["bench", "canary", "--requests", "20", "--checks", "5", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["cost"]["check_ms"]["median"] > 0 and r["cost"]["infer_ms"]["median"] > 0
+    assert r["canary_off"]["checks"] == 0 and r["canary_on"]["checks"] >= 1
+    assert not r["canary_on"]["failed"]
+    assert r["canary_on"]["max_check_ms"] > 0 and "within_one_check" in r
