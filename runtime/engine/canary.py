@@ -22,7 +22,6 @@ import numpy as np
 from runtime.bundle.bundle import TestCase
 from runtime.engine.base import Engine
 from runtime.engine.parity import ParityResult, case_tolerance, compare
-from runtime.errors import LerobotRuntimeError
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +105,10 @@ class Canary:
                 np.copyto(self._inputs[name], src)
             result = compare(engine.infer(self._inputs), self._case.outputs, tolerance)
             error: str | None = None if result.ok else result.describe()
-        except LerobotRuntimeError as e:
-            # an engine that cannot run its own test case any more is not fit to serve either
-            error = f"the test case no longer runs: {e}"
+        except Exception as e:
+            # An engine that cannot run its own test case any more is not fit to serve either; and
+            # the worker thread running this must survive whatever the engine raises.
+            error = f"the test case no longer runs: {type(e).__name__}: {e}"
         done = self._clock()
         self._next = done + self.interval_s
         self._record(result, tolerance, (done - started) * 1e3, error)

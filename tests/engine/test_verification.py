@@ -130,3 +130,16 @@ def test_the_canary_replays_private_copies_of_the_inputs() -> None:
     np.testing.assert_array_equal(case.inputs["observation.state"], pristine)
     assert canary.state.checks == 2 and not canary.state.failed
     assert ACTION in case.outputs
+
+
+def test_an_engine_that_raises_on_its_test_case_fails_the_canary() -> None:
+    engine = DriftingEngine(good_calls=100)
+
+    def broken(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        raise RuntimeError("device lost")
+
+    engine.run_validated = broken  # type: ignore[method-assign]
+    canary = Canary(drift_case(), 1.0)
+    assert not canary.check(engine)
+    assert canary.state.last_max_abs_err is None
+    assert canary.failure is not None and "the test case no longer runs: RuntimeError: device lost" in canary.failure
