@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from runtime.engine.canary import Canary
 from runtime.engine.config import EngineConfig
 from runtime.engine.loader import LoadReport, load_engine
 from runtime.engine.parity import compare, run_parity
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, ParityError
 from tests.engine.drifting import ACTION, DRIFT, DriftingEngine, drift_case
 
 
@@ -143,3 +144,67 @@ def test_an_engine_that_raises_on_its_test_case_fails_the_canary() -> None:
     assert not canary.check(engine)
     assert canary.state.last_max_abs_err is None
     assert canary.failure is not None and "the test case no longer runs: RuntimeError: device lost" in canary.failure
+
+
+@pytest.fixture(scope="module")
+def drift_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real exported bundle whose program carries state (a buffer it adds 1 to on each call) and is
+    wrong by 0.5 from its third call on: ExecuTorch keeps the buffer, OpenVINO computes the rest."""
+    import torch
+
+    from runtime.bundle.export import export_bundle
+
+    class Drift(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(6, 12)
+            self.register_buffer("calls", torch.zeros(1))
+
+        def forward(self, state: torch.Tensor) -> torch.Tensor:
+            self.calls.add_(1.0)
+            return self.head(state).reshape(2, 6) + 0.5 * torch.clamp(self.calls - 2.0, 0.0, 1.0)
+
+    path = tmp_path_factory.mktemp("drift") / "bundle"
+    with warnings.catch_warnings():
+        # ExecuTorch warns that a mutated buffer starts from an unspecified state (zeros in practice):
+        # the counter only has to count
+        warnings.filterwarnings("ignore", message="Mutation on a buffer")
+        export_bundle(lambda: (Drift(), {"observation.state": torch.rand(6)}), path, action_names=tuple("abcdef"))
+    return path
+
+
+@pytest.mark.export
+def test_an_exported_program_that_goes_wrong_later_passes_one_replay_and_fails_the_gate(drift_bundle: Path) -> None:
+    report = LoadReport()
+    engine = load_engine(EngineConfig(bundle=str(drift_bundle), warmup_runs=0, parity_runs=1), report=report)
+    assert report.parity is not None and report.parity.ok  # what a single replay at load saw
+    engine.close()
+    with pytest.raises(ParityError, match=r"max abs error 0\.5 .* on replay \d+ of 16"):
+        load_engine(EngineConfig(bundle=str(drift_bundle), warmup_runs=0))
+
+
+@pytest.mark.export
+def test_the_canary_catches_it_while_serving_when_the_gate_was_set_to_one_replay(
+    drift_bundle: Path, tmp_path: Path
+) -> None:
+    from runtime.client import PolicyClient
+    from runtime.protocol.errors import VerificationFailedError
+    from runtime.server import PolicyServer, ServerConfig
+    from tests.server.conftest import wait_until
+
+    config = EngineConfig(bundle=str(drift_bundle), warmup_runs=0, parity_runs=1)
+    server = PolicyServer(
+        lambda: load_engine(config),
+        ServerConfig(endpoints=(f"ipc://{tmp_path}/p.sock",), canary_interval_s=0.05),
+    )
+    server.start()
+    try:
+        wait_until(lambda: server.verification_failure is not None, what="the canary to fail")
+        assert "max abs error 0.5 in output 'action'" in str(server.verification_failure)
+        with (
+            PolicyClient(server.bound_endpoints[0], timeout_s=5.0) as client,
+            pytest.raises(VerificationFailedError),
+        ):
+            client.infer({"observation.state": np.zeros(6, np.float32)})
+    finally:
+        server.stop(1.0)
