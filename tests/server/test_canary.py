@@ -85,3 +85,22 @@ def test_bench_canary_reports_the_cost_per_check_and_the_delay_it_adds(capsys: p
     assert r["canary_off"]["checks"] == 0 and r["canary_on"]["checks"] >= 1
     assert not r["canary_on"]["failed"]
     assert r["canary_on"]["max_check_ms"] > 0 and "within_one_check" in r
+
+
+def test_the_canary_state_is_scraped_as_prometheus_metrics(make_server: Callable[..., PolicyServer]) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from runtime.metrics import RuntimeCollector
+
+    engine = DriftingEngine(good_calls=2)
+    engine.test_case = drift_case()
+    server = make_server(engine, canary_interval_s=0.05)
+    wait_until(lambda: server.verification_failure is not None, what="the canary to fail")
+    registry = CollectorRegistry()
+    registry.register(RuntimeCollector(server.snapshot, lambda: server.info))
+    text = generate_latest(registry).decode()
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert float(samples["lerobot_runtime_canary_failed"]) == 1
+    assert float(samples["lerobot_runtime_canary_checks_total"]) == 3
+    assert float(samples["lerobot_runtime_canary_error"]) == pytest.approx(DRIFT, abs=1e-6)
+    assert float(samples["lerobot_runtime_canary_check_milliseconds"]) > 0
