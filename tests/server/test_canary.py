@@ -16,7 +16,7 @@ from runtime.protocol.errors import VerificationFailedError
 from runtime.server import PolicyServer, ServerConfig
 from runtime.server.stats import stats_line
 from runtime.server.synthetic import ACTION, DEMO, SyntheticEngine, example_observation, reference_actions
-from tests.engine.drifting import DRIFT, STATE, DriftingEngine, drift_case
+from tests.engine.drifting import DRIFT, STATE, DriftingEngine, drift_case, reference
 
 from .conftest import wait_until
 
@@ -104,3 +104,19 @@ def test_the_canary_state_is_scraped_as_prometheus_metrics(make_server: Callable
     assert float(samples["lerobot_runtime_canary_checks_total"]) == 3
     assert float(samples["lerobot_runtime_canary_error"]) == pytest.approx(DRIFT, abs=1e-6)
     assert float(samples["lerobot_runtime_canary_check_milliseconds"]) > 0
+
+
+def test_a_reload_clears_a_failed_canary_and_checks_the_new_engine(make_server: Callable[..., PolicyServer]) -> None:
+    bad = DriftingEngine(good_calls=1)
+    bad.test_case = drift_case()
+    server = make_server(bad, canary_interval_s=0.05)
+    wait_until(lambda: server.verification_failure is not None, what="the canary to fail")
+    good = DriftingEngine(good_calls=10**6)
+    good.test_case = drift_case()
+    server.replace_engine(good)
+    assert server.verification_failure is None
+    with PolicyClient(server.bound_endpoints[0], timeout_s=5.0) as client:
+        state = np.linspace(-1, 1, 6).astype(np.float32)
+        np.testing.assert_allclose(client.infer({STATE: state}).actions, reference(state), atol=1e-5)
+    wait_until(lambda: server.snapshot().verification.get("checks", 0) >= 2, what="checks of the new engine")
+    assert server.verification_failure is None and good.calls >= 3
