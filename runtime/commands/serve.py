@@ -113,9 +113,18 @@ def _bench_canary(args: argparse.Namespace) -> int:
 def _engine_maker(args: argparse.Namespace) -> Callable[[], Engine]:
     """``--bundle``/``--act``: a bundle through the loader (parity gate, test case); else the ACT-size
     model built in code, with a test case recomputed in numpy."""
+    from runtime.bundle.bundle import TestCase
+    from runtime.server.synthetic import ACT, ACTION, SyntheticEngine, example_observation, reference_actions
+
+    case: TestCase | None = None
+    if not (args.bundle or args.act):
+        # Computed here, not in make_engine: that runs on the pinned inference thread, where numpy's
+        # multi-threaded BLAS would spin its threads on the one CPU it is left.
+        obs = example_observation(ACT)
+        case = TestCase(obs, {ACTION: reference_actions(ACT, obs)}, {"f32": 1e-4})
 
     def make_engine() -> Engine:
-        if args.bundle or args.act:
+        if case is None:
             from runtime.engine.config import EngineConfig
             from runtime.engine.loader import load_engine
 
@@ -125,12 +134,8 @@ def _engine_maker(args: argparse.Namespace) -> Callable[[], Engine]:
 
                 bundle = str(ensure_bundle("act"))
             return load_engine(EngineConfig(bundle=bundle, devices=("CPU",), control_cpu=args.control_cpu))
-        from runtime.bundle.bundle import TestCase
-        from runtime.server.synthetic import ACT, ACTION, SyntheticEngine, example_observation, reference_actions
-
         engine = SyntheticEngine(ACT)
-        obs = example_observation(ACT)
-        engine.test_case = TestCase(obs, {ACTION: reference_actions(ACT, obs)}, {"f32": 1e-4})
+        engine.test_case = case
         return engine
 
     return make_engine
