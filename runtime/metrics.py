@@ -104,6 +104,20 @@ class RuntimeCollector:
         for name in self._stalled():
             stalled.add_metric([name], 1)
         yield stalled
+        canary = s.verification
+        if canary:  # the serving canary (docs/engine.md); absent when it is off
+            yield CounterMetricFamily(f"{PREFIX}_canary_checks", "Canary checks run", value=canary["checks"])
+            yield GaugeMetricFamily(
+                f"{PREFIX}_canary_failed", "1 once a canary check failed (no chunk served)", value=int(canary["failed"])
+            )
+            if canary.get("last_max_abs_err") is not None:
+                yield GaugeMetricFamily(
+                    f"{PREFIX}_canary_error", "Max abs error of the last canary check", value=canary["last_max_abs_err"]
+                )
+            if canary.get("last_check_ms") is not None:
+                yield GaugeMetricFamily(
+                    f"{PREFIX}_canary_check_milliseconds", "Last canary check's duration", value=canary["last_check_ms"]
+                )
         arm = s.arm
         if arm is not None:
             healthy, estop = int(bool(arm["healthy"])), int(bool(arm["estop"]))

@@ -28,6 +28,7 @@ import numpy as np
 from drivers.calibration import SO101_JOINTS
 from runtime import __version__
 from runtime.bundle.bundle import Bundle, sha256_bytes
+from runtime.bundle.lowering_checks import check_lowered, enforce
 from runtime.bundle.manifest import (
     DEFAULT_TOLERANCE,
     DEVICES,
@@ -118,8 +119,15 @@ def check_device_present(device: str) -> None:
         )
 
 
-def lower_program(exported: Any, device: str) -> bytes:
-    """torch ExportedProgram -> ``.pte`` bytes with the graph delegated to OpenVINO on ``device``."""
+def lower_program(
+    exported: Any, device: str, *, input_names: tuple[str, ...] = (), output_names: tuple[str, ...] = ()
+) -> bytes:
+    """torch ExportedProgram -> ``.pte`` bytes with the graph delegated to OpenVINO on ``device``.
+
+    Refuses (:class:`ExportError`) a program OpenVINO is known to run with wrong results and no error,
+    and warns about one it may (:mod:`runtime.bundle.lowering_checks`); the messages use the
+    program's input and output names when given.
+    """
     try:
         from executorch.backends.openvino.partitioner import OpenvinoPartitioner
         from executorch.exir import to_edge_transform_and_lower
@@ -132,6 +140,10 @@ def lower_program(exported: Any, device: str) -> bytes:
         edge = to_edge_transform_and_lower(
             exported, partitioner=[OpenvinoPartitioner([CompileSpec("device", device.encode())])]
         )
+    except Exception as e:
+        raise ExportError(f"lowering for {device} failed: {type(e).__name__}: {e}") from e
+    enforce(check_lowered(edge, device, input_names, output_names), f"the {device} program")
+    try:
         return bytes(edge.to_executorch().buffer)
     except Exception as e:
         raise ExportError(f"lowering for {device} failed: {type(e).__name__}: {e}") from e
@@ -386,7 +398,7 @@ def export_bundle(
             portable = buf.getvalue()
             (stage / PORTABLE_FILE).write_bytes(portable)
         with step(3, total, f"lowering to OpenVINO for {device} ({precision})"):
-            data = lower_program(exported, device)
+            data = lower_program(exported, device, input_names=tuple(example), output_names=tuple(reference))
             file = f"program_{device.lower()}.pte"
             (stage / file).write_bytes(data)
             program = _program_entry(data, device, file, precision)
@@ -432,7 +444,12 @@ def lower_bundle(path: str | Path, device: str, *, precision: str | None = None)
     with step(1, 2, f"loading {m.portable_program.file}"):
         exported = torch.export.load(str(bundle.path / m.portable_program.file))
     with step(2, 2, f"lowering to OpenVINO for {device}"):
-        data = lower_program(exported, device)
+        data = lower_program(
+            exported,
+            device,
+            input_names=tuple(s.name for s in m.inputs),
+            output_names=tuple(s.name for s in m.outputs),
+        )
     file = f"program_{device.lower()}.pte"
     (bundle.path / file).write_bytes(data)
     any_precision = next(iter(m.programs.values())).precision if m.programs else "f32"

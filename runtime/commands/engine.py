@@ -125,6 +125,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     _add_engine_options(p)
     p.add_argument("--runs", type=int, default=30, help="timed inferences after warm-up (default 30)")
+    p.add_argument(
+        "--parity-runs", type=int, default=16, help="replays of the test case, each checked (default 16)"
+    )
     p.add_argument("--allow-parity-failure", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
@@ -233,6 +236,7 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         cpus=args.cpus,
         control_cpu=args.control_cpu,
         threads=args.threads,
+        parity_runs=args.parity_runs,
         allow_parity_failure=True,
     )
     path = resolve_bundle_path(config)
@@ -284,7 +288,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"({result['precision']}, {result['threads']} threads on CPUs {result['cpus']})\n"
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
             f"in {p.get('units', 'absolute')} units "
-            f"(tolerance {p['tolerance']:.3g})\n"
+            f"(tolerance {p['tolerance']:.3g}, {p['runs']} replays)\n"
             f"  latency: median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms over {lat['runs']} runs\n"
             f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
             f"torch imported: {result['torch_imported']}"

@@ -1,9 +1,14 @@
-"""``lerobot-runtime serve``, ``keys`` and ``bench serve``."""
+"""``lerobot-runtime serve``, ``keys``, ``bench serve`` and ``bench canary``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runtime.engine.base import Engine
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--control-cpu", type=int, default=0, help="CPU of the client process (default 0)")
     b.add_argument("--requests", type=int, default=300, help="measured requests per transport (default 300)")
     b.set_defaults(func=_bench_serve)
+
+    c = bench.add_parser("canary", help="cost of a canary check and the worst delay it adds to a real request")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.add_argument("--bundle", metavar="DIR", help="bundle to serve (default: the ACT-size model built in code)")
+    c.add_argument("--act", action="store_true", help="serve the built-in ACT-size bundle (exported on first use)")
+    c.add_argument("--control-cpu", type=int, default=0, help="CPU of the client (default 0)")
+    c.add_argument("--requests", type=int, default=300, help="measured requests per run (default 300)")
+    c.add_argument("--checks", type=int, default=100, help="timed checks for the cost per check (default 100)")
+    c.set_defaults(func=_bench_canary)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -80,10 +94,37 @@ def _bench_serve(args: argparse.Namespace) -> int:
     import json
 
     from runtime.bench.serve import format_table, run_bench
-    from runtime.engine.base import Engine
+
+    result = run_bench(_engine_maker(args), n=args.requests, control_cpu=args.control_cpu)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def _bench_canary(args: argparse.Namespace) -> int:
+    import json
+
+    from runtime.bench.canary import format_table, run_bench
+
+    result = run_bench(_engine_maker(args), requests=args.requests, checks=args.checks, control_cpu=args.control_cpu)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def _engine_maker(args: argparse.Namespace) -> Callable[[], Engine]:
+    """``--bundle``/``--act``: a bundle through the loader (parity gate, test case); else the ACT-size
+    model built in code, with a test case recomputed in numpy."""
+    from runtime.bundle.bundle import TestCase
+    from runtime.server.synthetic import ACT, ACTION, SyntheticEngine, example_observation, reference_actions
+
+    case: TestCase | None = None
+    if not (args.bundle or args.act):
+        # Computed here, not in make_engine: that runs on the pinned inference thread, where numpy's
+        # multi-threaded BLAS would spin its threads on the one CPU it is left.
+        obs = example_observation(ACT)
+        case = TestCase(obs, {ACTION: reference_actions(ACT, obs)}, {"f32": 1e-4})
 
     def make_engine() -> Engine:
-        if args.bundle or args.act:
+        if case is None:
             from runtime.engine.config import EngineConfig
             from runtime.engine.loader import load_engine
 
@@ -93,10 +134,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
 
                 bundle = str(ensure_bundle("act"))
             return load_engine(EngineConfig(bundle=bundle, devices=("CPU",), control_cpu=args.control_cpu))
-        from runtime.server.synthetic import ACT, SyntheticEngine
+        engine = SyntheticEngine(ACT)
+        engine.test_case = case
+        return engine
 
-        return SyntheticEngine(ACT)
-
-    result = run_bench(make_engine, n=args.requests, control_cpu=args.control_cpu)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0
+    return make_engine

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from runtime.bundle.bundle import TestCase
 from runtime.bundle.manifest import Manifest
 from runtime.engine.validate import validate_inputs
 
@@ -45,6 +46,8 @@ class Engine(ABC):
     def __init__(self, manifest: Manifest, info: EngineInfo) -> None:
         self.manifest = manifest
         self.info = info
+        # the bundle's test case once the parity gate passed on this engine: the serving canary replays it
+        self.test_case: TestCase | None = None
 
     def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Validate ``inputs`` against the manifest, run the program, return outputs by name.

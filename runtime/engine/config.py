@@ -19,7 +19,8 @@ class EngineConfig:
     list: the first one OpenVINO sees *and* the bundle has a program for is used. ``cpus`` is the
     inference CPU set (empty: every CPU but the control-loop CPU); ``threads`` 0 means one per CPU of
     that set. ``precision`` "auto" keeps the precision the program was lowered with. The parity
-    replay is the first (cold) inference; ``warmup_runs`` more follow it before the engine is ready.
+    gate replays the test case ``parity_runs`` times in a row (the first is the cold inference), each
+    result checked; ``warmup_runs`` more follow before the engine is ready.
     """
 
     bundle: str = ""
@@ -31,6 +32,7 @@ class EngineConfig:
     threads: int = 0
     cache_dir: str = ""
     warmup_runs: int = 1
+    parity_runs: int = 16
     allow_parity_failure: bool = False
 
     def __post_init__(self) -> None:
@@ -43,5 +45,7 @@ class EngineConfig:
             raise ConfigError(f"engine.threads: expected 0 (auto) or a positive count, got {self.threads}")
         if self.warmup_runs < 0:
             raise ConfigError(f"engine.warmup_runs: expected >= 0, got {self.warmup_runs}")
+        if self.parity_runs < 1:
+            raise ConfigError(f"engine.parity_runs: expected >= 1 replays of the test case, got {self.parity_runs}")
         if any(c < 0 for c in self.cpus) or len(set(self.cpus)) != len(self.cpus):
             raise ConfigError(f"engine.cpus: expected distinct CPU numbers >= 0, got {list(self.cpus)}")

@@ -149,7 +149,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     )
 
     case = bundle.test_case()
-    parity = run_parity(engine, case)
+    parity = run_parity(engine, case, config.parity_runs)
     t2 = time.perf_counter()
     report.parity = parity
     if parity.ok:
@@ -162,6 +162,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             f"{path}: the program does not reproduce its reference; refusing to serve: {parity.describe()}. "
             "Re-export the bundle, or set engine.allow_parity_failure = true (--allow-parity-failure) to override"
         )
+    engine.test_case = case
     for _ in range(config.warmup_runs):
         engine.infer(case.inputs)
     t3 = time.perf_counter()
@@ -172,9 +173,10 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
         "ready": (t3 - t0) * 1e3,
     }
     log.info(
-        "ready in %.0f ms (load %.0f, parity %.0f, warm-up %d runs %.0f)",
+        "ready in %.0f ms (load %.0f, parity %d runs %.0f, warm-up %d runs %.0f)",
         report.timing_ms["ready"],
         report.timing_ms["load"],
+        config.parity_runs,
         report.timing_ms["parity"],
         config.warmup_runs,
         report.timing_ms["warmup"],

@@ -17,6 +17,7 @@ from runtime.protocol.errors import (
     UnauthorizedError,
     UnsupportedKindError,
     UnsupportedVersionError,
+    VerificationFailedError,
     error_from_info,
 )
 from runtime.protocol.messages import (
@@ -68,6 +69,7 @@ __all__ = [
     "UnauthorizedError",
     "UnsupportedKindError",
     "UnsupportedVersionError",
+    "VerificationFailedError",
     "decode_reply",
     "decode_request",
     "encode_request",

@@ -569,4 +569,5 @@ def stats_from_reply(reply: Reply) -> StatsSnapshot:
         clients=int(b.get("clients", 0)),
         inference_cpus={int(k): int(v) for k, v in dict(b.get("inference_cpus") or {}).items()},
         engine=dict(b.get("engine") or {}),
+        verification=dict(verification) if isinstance(verification := b.get("verification"), dict) else {},
     )

@@ -115,6 +115,12 @@ class InferenceFailedError(ServerError, RuntimeError):
     code = "inference_failed"
 
 
+class VerificationFailedError(ServerError, RuntimeError):
+    """The serving canary caught the engine returning wrong numbers; no chunk is served until a reload."""
+
+    code = "verification_failed"
+
+
 class UnauthorizedError(ServerError, PermissionError):
     """The client's key is not allowed (CURVE handshake refused, or the kind needs another key)."""
 
@@ -156,6 +162,7 @@ ERROR_CLASSES: Final[dict[str, type[ServerError]]] = {
         BusyError,
         SupersededError,
         InferenceFailedError,
+        VerificationFailedError,
         UnauthorizedError,
         ShuttingDownError,
         NoControlError,

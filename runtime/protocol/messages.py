@@ -196,6 +196,8 @@ class StatsSnapshot:
     clients: int = 0  # distinct clients heard from in the last minute
     inference_cpus: Mapping[int, int] = field(default_factory=dict)  # CPU -> inferences that ran there
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineInfo.to_json() of the serving engine
+    # the serving canary (CanaryState.to_wire()); empty when it is off
+    verification: Mapping[str, Any] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -214,4 +216,5 @@ class StatsSnapshot:
             "clients": self.clients,
             "inference_cpus": {str(k): v for k, v in self.inference_cpus.items()},
             "engine": dict(self.engine),
+            "verification": dict(self.verification),
         }

@@ -44,13 +44,16 @@ class ServerConfig:
     With ``latest_observation_wins`` a newer infer from the same client replaces its queued older
     one, which is answered ``superseded``. ``max_message_bytes`` 0 means twice the policy's inputs
     plus 64 KiB. Observations with NaN or infinity are refused ``bad_input`` unless the input is
-    named in ``allow_non_finite``.
+    named in ``allow_non_finite``. ``canary_interval_s``: how often the bundle's test case is
+    replayed and checked between requests while serving (0: never); a failed check stops serving
+    until a reload.
     """
 
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
     queue_depth: int = 4
     latest_observation_wins: bool = True
     max_message_bytes: int = 0
+    canary_interval_s: float = 5.0
     curve: CurveConfig = field(default_factory=CurveConfig)
     allow_non_finite: tuple[str, ...] = ()
 
@@ -62,6 +65,11 @@ class ServerConfig:
                 raise ConfigError(f"server.endpoints: expected ipc://PATH or tcp://HOST:PORT, got {ep!r}")
         if self.queue_depth < 1:
             raise ConfigError(f"server.queue_depth: expected >= 1, got {self.queue_depth}")
+        if not (self.canary_interval_s == 0 or 0.01 <= self.canary_interval_s <= 86400):
+            raise ConfigError(
+                "server.canary_interval_s: expected 0 (off) or a period in [0.01, 86400] seconds, "
+                f"got {self.canary_interval_s}"
+            )
         if self.max_message_bytes < 0:
             raise ConfigError(
                 f"server.max_message_bytes: expected 0 (auto) or a byte count, got {self.max_message_bytes}"

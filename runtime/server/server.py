@@ -167,7 +167,13 @@ class PolicyServer:
         self._context = zmq.Context()
         reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
         self._worker = InferenceWorker(
-            self._engine_or_factory, self.queue, self.stats, self._context, reply_endpoint, self.heartbeat
+            self._engine_or_factory,
+            self.queue,
+            self.stats,
+            self._context,
+            reply_endpoint,
+            self.heartbeat,
+            self.config.canary_interval_s,
         )
         self._worker.start()
         try:
@@ -327,17 +333,29 @@ class PolicyServer:
         """The OS thread id that runs inference (0 before it started)."""
         return (self._worker.native_id or 0) if self._worker is not None else 0
 
+    @property
+    def verification_failure(self) -> str | None:
+        """Why the serving canary stopped trusting the engine, with the error size; None while healthy.
+
+        Once set it stays set (infers are refused ``verification_failed``) until the policy is
+        loaded again: a restart, or :meth:`replace_engine` (the daemon's reload).
+        """
+        canary = self._worker.canary if self._worker is not None else None
+        return canary.failure if canary is not None else None
+
     def snapshot(self) -> StatsSnapshot:
         in_flight = self._worker.in_flight if self._worker is not None else 0
         snap = self.stats.snapshot(len(self.queue), self.queue.depth_max, self.queue.capacity, in_flight)
         now = time.monotonic()
         heard = list(self._clients.values())  # one C-level copy: safe against the I/O thread's writes
+        canary = self._worker.canary if self._worker is not None else None
         snap = dataclasses.replace(
             snap,
             arm=dict(self.arm_status()) if self.arm_status is not None else None,
             clients=sum(1 for t in heard if now - t <= CLIENT_WINDOW_S),
             inference_cpus=dict(self._worker.cpu_samples) if self._worker is not None else {},
             engine=self.engine.info.to_json() if self._started else {},
+            verification=canary.state.to_wire() if canary is not None else {},
         )
         return snap
 
@@ -476,6 +494,10 @@ class PolicyServer:
             self._reply_error(
                 sock, envelope, "infer", request.id, "shutting_down", "the server is stopping", received_at
             )
+            return
+        failure = self.verification_failure
+        if failure is not None:
+            self._reply_error(sock, envelope, "infer", request.id, "verification_failed", failure, received_at)
             return
         try:
             inputs = validate_inputs(self.engine.manifest.inputs, request.observation)

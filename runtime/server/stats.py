@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
+from typing import Any
 
 from runtime.protocol.messages import Percentiles, StatsSnapshot
 
@@ -81,5 +83,16 @@ def stats_line(s: StatsSnapshot) -> str:
     return (
         f"requests: {reqs}; errors: {errs}; queue {s.queue_depth}/{s.queue_capacity} "
         f"(max {s.queue_depth_max}); infer ms p50 {inf.p50} p99 {inf.p99}; "
-        f"total ms p50 {tot.p50} p99 {tot.p99} (last {tot.count})"
+        f"total ms p50 {tot.p50} p99 {tot.p99} (last {tot.count})" + verification_line(s.verification)
     )
+
+
+def verification_line(v: Mapping[str, Any]) -> str:
+    """The canary's part of the stats line (empty when it is off)."""
+    if not v:
+        return ""
+    if v.get("failed"):
+        return f"; VERIFICATION FAILED: {v.get('failure')}"
+    err = v.get("last_max_abs_err")
+    last = "none yet" if err is None else f"last error {err:.3g}"
+    return f"; canary ok ({v.get('checks', 0)} checks, {last})"

@@ -3,7 +3,9 @@
 It takes jobs from the :class:`RequestQueue`, runs the engine and pushes finished replies over an
 inproc socket to the I/O thread, the only thread that touches the ROUTER sockets. With a
 :class:`~runtime.liveness.Heartbeat` it beats before each job and while idle, so a run that hangs
-inside the backend withholds the systemd watchdog.
+inside the backend withholds the systemd watchdog. Between jobs it runs the serving canary
+(:mod:`runtime.engine.canary`), since it alone may call the engine; once the canary has failed it
+answers every job ``verification_failed`` without running it, until another engine is swapped in.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from runtime.engine.affinity import current_cpu
 from runtime.engine.base import Engine
+from runtime.engine.canary import Canary
 from runtime.errors import InferenceError
 from runtime.liveness import Heartbeat
 from runtime.protocol.codec import encode_actions_reply, encode_error
@@ -39,6 +42,7 @@ class InferenceWorker(threading.Thread):
         context: Any,
         reply_endpoint: str,
         heartbeat: Heartbeat | None = None,
+        canary_interval_s: float = 0.0,
     ) -> None:
         super().__init__(name="lerobot-runtime-infer", daemon=True)
         self.heartbeat = heartbeat
@@ -59,6 +63,8 @@ class InferenceWorker(threading.Thread):
         self._load_error: BaseException | None = None
         self._next_engine: Engine | None = None
         self.owns_engine = not isinstance(engine, Engine)  # made by our factory: ours to close
+        self._canary_interval_s = canary_interval_s
+        self.canary: Canary | None = None
 
     def wait_loaded(self) -> Engine:
         """Block until the engine is loaded on this thread; re-raise the factory's exception."""
@@ -71,6 +77,9 @@ class InferenceWorker(threading.Thread):
     def swap_engine(self, engine: Engine) -> None:
         """Run ``engine`` from the next job on; the worker closes the one it replaces (if it made it)."""
         self._next_engine = engine
+        # A failed canary judged the old engine: every job from now on runs on the new one (taken
+        # before each job), which gets a canary of its own when it is taken.
+        self.canary = None
 
     def _take_next_engine(self) -> None:
         new, self._next_engine = self._next_engine, None
@@ -78,6 +87,7 @@ class InferenceWorker(threading.Thread):
             return
         old, self.engine = self.engine, new
         self._action_output = new.manifest.action_output
+        self.canary = self._make_canary(new)  # a reload starts a fresh canary (and clears a failure)
         log.info("now serving %s (%s)", new.info.bundle, new.info.program)
         if old is not None and self.owns_engine:
             old.close()
@@ -94,6 +104,7 @@ class InferenceWorker(threading.Thread):
             factory = self._engine_or_factory
             self.engine = factory if isinstance(factory, Engine) else factory()
             self._action_output = self.engine.manifest.action_output
+            self.canary = self._make_canary(self.engine)
         except BaseException as e:
             self._load_error = e
             return
@@ -110,25 +121,58 @@ class InferenceWorker(threading.Thread):
         try:
             while True:
                 self._beat("idle")
-                job = self.queue.get(self._idle_s)
+                job = self.queue.get(self._wait_s())
                 if job is None:
                     self._take_next_engine()
-                    if self._idle_s is not None and not (self.queue.closed and len(self.queue) == 0):
-                        continue  # idle timeout: beat again
-                    break
-                self._take_next_engine()
-                self._beat(f"running request {job.request_id} from client {job.envelope[0].hex()}")
-                self.in_flight = 1
-                try:
-                    if job.on_done is not None:
-                        self._run_local(job, job.on_done)
-                        continue
-                    frames = self._run(job)
-                finally:
-                    self.in_flight = 0
-                push.send_multipart([job.socket_index.to_bytes(2, "little"), *job.envelope, *frames])
+                    if self.queue.closed:
+                        job = self.queue.get(0.0)  # stopping: finish what is queued, then exit
+                        if job is None:
+                            break
+                if job is not None:
+                    self._take_next_engine()
+                    self._beat(f"running request {job.request_id} from client {job.envelope[0].hex()}")
+                    frames: list[Any] | None = None
+                    self.in_flight = 1
+                    try:
+                        if job.on_done is not None:
+                            self._run_local(job, job.on_done)
+                        else:
+                            frames = self._run(job)
+                    finally:
+                        self.in_flight = 0
+                    if frames is not None:
+                        push.send_multipart([job.socket_index.to_bytes(2, "little"), *job.envelope, *frames])
+                # Checks run only here, between two jobs: a request waits for at most one of them.
+                canary = self.canary
+                if canary is not None and self.engine is not None and canary.due(idle=len(self.queue) == 0):
+                    self._beat("canary check")
+                    canary.check(self.engine)
         finally:
             push.close()
+
+    def _wait_s(self) -> float | None:
+        """How long to wait for a job: until the next beat or the next canary check, if either."""
+        due = self.canary.seconds_until_due() if self.canary is not None else None
+        waits = [w for w in (self._idle_s, due) if w is not None]
+        return min(waits) if waits else None
+
+    def _make_canary(self, engine: Engine) -> Canary | None:
+        if self._canary_interval_s <= 0:
+            return None
+        if engine.test_case is None:
+            log.info(
+                "canary off: the engine carries no verified test case (it was not loaded from a bundle "
+                "through the parity gate)"
+            )
+            return None
+        log.info(
+            "canary on: the test case is replayed and checked every %g s between requests",
+            self._canary_interval_s,
+        )
+        return Canary(engine.test_case, self._canary_interval_s)
+
+    def _verification_failure(self) -> str | None:
+        return self.canary.failure if self.canary is not None else None
 
     def _beat(self, doing: str) -> None:
         if self.heartbeat is not None:
@@ -138,6 +182,9 @@ class InferenceWorker(threading.Thread):
         started = time.monotonic()
         queue_ms = (started - job.received_at) * 1e3
         assert self.engine is not None
+        failure = self._verification_failure()
+        if failure is not None:
+            return self._error(job, started, "verification_failed", failure, None)
         try:
             # the I/O thread validated and ordered the inputs before queueing them
             outputs = self.engine.run_validated(job.inputs)
@@ -158,6 +205,11 @@ class InferenceWorker(threading.Thread):
         """A job from the control loop: the chunk goes to its callback, not to a socket."""
         started = time.monotonic()
         assert self.engine is not None
+        failure = self._verification_failure()
+        if failure is not None:
+            self.stats.error("verification_failed")
+            on_done(None, f"verification_failed: {failure}")
+            return
         try:
             actions = self.engine.run_validated(job.inputs)[self._action_output]
         except InferenceError as e:
