@@ -63,6 +63,7 @@ class Daemon:
         self._stall_logged = False
         self._last_auto_dump = -math.inf
         self._control_state: tuple[str, str | None] = ("idle", None)
+        self._verification_failure: str | None = None
         self.should_exit = False
         self.force_exit = False
         self.failed = False
@@ -133,6 +134,8 @@ class Daemon:
         self._bundle_id = bundle_identity(self.config.engine.bundle)
         self._heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
         server = PolicyServer(self.engine_factory, self.config.server, heartbeat=self._heartbeat)
+        if self.config.arm.kind != "none" and self.config.control.enabled:
+            server.no_control_reason = "the daemon is starting: its control loop runs once the arm answers"
         engine_cfg = self.config.engine
         with process_on(inference_cpus(engine_cfg.cpus, engine_cfg.control_cpu)):
             server.start()  # loads on the worker thread, raises on a failed parity gate or bind
@@ -235,6 +238,12 @@ class Daemon:
                 line += "; " + self._control_line(loop)
             log.info("stats: %s", line)
             self.notifier.status(line)
+        failure = self.server.verification_failure if self.server is not None else None
+        if failure != self._verification_failure:
+            # A failed self-check stops every chunk: systemctl status says so at once.
+            self._verification_failure = failure
+            if failure:
+                self.notifier.status(f"VERIFICATION FAILED, serving no chunks until a reload: {failure}")
         if loop is not None:
             state = (loop.mode, loop.estop_reason)
             if state != self._control_state:

@@ -139,6 +139,10 @@ class PolicyServer:
         self._all_cpus = set(os.sched_getaffinity(0))
         #: set by the daemon when it runs the control loop; None answers control.* with no_control
         self.control: ControlHandler | None = None
+        self.no_control_reason = (
+            "this daemon does not drive an arm (arm.kind = none or control.enabled = false); "
+            "control loops that own their arm use infer"
+        )
         self._instance: InstanceLock | None = None
         self._clients: dict[bytes, float] = {}  # routing id -> last heard (I/O thread writes)
         # set by the daemon once it holds an arm: health, e-stop and temperatures for hello and stats
@@ -459,11 +463,7 @@ class PolicyServer:
             body: dict[str, Any]
             if isinstance(request, ControlRequest):
                 if self.control is None:
-                    raise NoControlError(
-                        f"{kind}: this daemon does not drive an arm (arm.kind = none or control.enabled = false); "
-                        "control loops that own their arm use infer",
-                        request_id=rid,
-                    )
+                    raise NoControlError(f"{kind}: {self.no_control_reason}", request_id=rid)
                 body = self.control.handle(request, envelope[0].hex())
             elif kind == "ping":
                 body = {"uptime_s": round(time.monotonic() - self.stats.started, 3)}
@@ -473,9 +473,7 @@ class PolicyServer:
                     body = {**body, "arm": dict(self.arm_status())}
             else:
                 body = self.snapshot().to_wire()
-            header = encode_reply(
-                kind, request.id, body, Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
-            )
+            header = encode_reply(kind, request.id, body, Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3))
             self.stats.ok()
             self._send(sock, [*envelope, header])
         except ServerError as e:
@@ -487,9 +485,7 @@ class PolicyServer:
             timing = Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
             self._send(sock, [*envelope, encode_error(kind, rid, e.info, timing)])
 
-    def _submit(
-        self, index: int, sock: Any, envelope: list[bytes], request: InferRequest, received_at: float
-    ) -> None:
+    def _submit(self, index: int, sock: Any, envelope: list[bytes], request: InferRequest, received_at: float) -> None:
         if not self._accepting:
             self._reply_error(
                 sock, envelope, "infer", request.id, "shutting_down", "the server is stopping", received_at
@@ -565,6 +561,4 @@ class PolicyServer:
     ) -> None:
         self.stats.error(code)
         waited = (time.monotonic() - received_at) * 1e3
-        self._send(
-            sock, [*envelope, encode_error(kind, rid, ErrorInfo(code, message), Timing(waited, 0.0, waited))]
-        )
+        self._send(sock, [*envelope, encode_error(kind, rid, ErrorInfo(code, message), Timing(waited, 0.0, waited))])
