@@ -54,6 +54,7 @@ def test_the_report_names_the_worst_element() -> None:
         "index": [7, 4],
         "got": r.got,
         "expected": r.expected,
+        "units": "absolute",
         "runs": 1,
         "failed_run": 0,
     }
@@ -129,7 +130,8 @@ def test_no_outputs_to_compare_passes() -> None:
 
 class _Engine:
     def __init__(self, precision: str, outputs: dict[str, np.ndarray]) -> None:
-        self.info = SimpleNamespace(precision=precision)
+        self.info = SimpleNamespace(precision=precision, device="CPU")
+        self.manifest = SimpleNamespace(programs={"CPU": SimpleNamespace(precision="f32")})
         self.outputs = outputs
         self.seen: list[dict[str, np.ndarray]] = []
 
