@@ -219,3 +219,11 @@ class PolicyClient:
             body["reason"] = reason
         reply, _ = self._call(f"control.{command}", None, timeout_s, body)
         return dict(reply.body)
+
+    def teleop(self, command: str, *, timeout_s: float | None = None, **body: Any) -> tuple[dict[str, Any], float]:
+        """``teleop.<command>`` (open, target, take_over, hand_back, episode_start/stop/discard, close)
+        with its body keys (``session``, ``who``, ``seq``, ``positions``, ``task``); returns the reply
+        body and the round trip in ms. Refusals raise ``SessionHeldError`` (another station holds the
+        arm, named), ``NoSessionError`` (the session was closed or lost) or ``ControlRefusedError``."""
+        reply, rtt_ms = self._call(f"teleop.{command}", None, timeout_s, body)
+        return dict(reply.body), rtt_ms

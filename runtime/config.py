@@ -1,5 +1,5 @@
 """The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``,
-``[daemon]`` and ``[metrics]``.
+``[control]``, ``[teleop]``, ``[recording]``, ``[daemon]`` and ``[metrics]``.
 
 ``configs/default.toml`` spells out every key with its default; no file means those defaults.
 """
@@ -15,7 +15,9 @@ from runtime.control.config import ControlConfig
 from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError
 from runtime.metrics import MetricsConfig
+from runtime.recording.config import RecordingConfig
 from runtime.server.config import ServerConfig
+from runtime.teleop.config import TeleopConfig
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class DaemonConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    teleop: TeleopConfig = field(default_factory=TeleopConfig)
+    recording: RecordingConfig = field(default_factory=RecordingConfig)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
@@ -105,11 +109,18 @@ def _relative_to(config: DaemonConfig, base: Path, calibration_base: Path | None
             server_secret_key=fix(curve.server_secret_key),
             authorized_keys_dir=fix(curve.authorized_keys_dir),
         )
-    engine = (
-        replace(config.engine, bundle=fix(config.engine.bundle)) if config.engine.bundle else config.engine
-    )
+    engine = replace(config.engine, bundle=fix(config.engine.bundle)) if config.engine.bundle else config.engine
     calibration = config.arm.calibration
     if calibration and not Path(calibration).expanduser().is_absolute():
         calibration = str(cal_base / calibration)
     arm = replace(config.arm, calibration=calibration)
-    return replace(config, engine=engine, server=replace(config.server, curve=curve), arm=arm)
+    teleop = replace(config.teleop, leader_calibration=fix(config.teleop.leader_calibration))
+    recording = replace(config.recording, dataset_dir=fix(config.recording.dataset_dir))
+    return replace(
+        config,
+        engine=engine,
+        server=replace(config.server, curve=curve),
+        arm=arm,
+        teleop=teleop,
+        recording=recording,
+    )

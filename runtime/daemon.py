@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.arm_monitor import ArmMonitor
 from runtime.config import DaemonConfig, load_config
@@ -28,13 +28,17 @@ from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.engine.affinity import inference_cpus, process_on
 from runtime.engine.base import Engine
-from runtime.errors import LerobotRuntimeError
+from runtime.errors import ConfigError, LerobotRuntimeError
 from runtime.liveness import Heartbeat, LivenessRegistry
 from runtime.metrics import MetricsServer, RuntimeCollector
 from runtime.reload import bundle_identity, plan_reload
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
 from runtime.server.stats import stats_line
+from runtime.teleop.handler import TeleopControl
+
+if TYPE_CHECKING:
+    from runtime.recording import EpisodeRecorder
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ class Daemon:
         self.server: PolicyServer | None = None
         self.arm: ArmMonitor | None = None
         self.loop: ControlLoop | None = None
+        self.teleop: TeleopControl | None = None
+        self.recorder: EpisodeRecorder | None = None
         self.streams: ObservationStreams | None = None
         self._stall_logged = False
         self._last_auto_dump = -math.inf
@@ -185,13 +191,40 @@ class Daemon:
             ServerInference(server),
             self.streams,
             cpu=cpu,
+            teleop=self.config.teleop,
         )
+        if self.config.recording.enabled:
+            self._start_recording(loop, server)
         if self.streams is not None:
             self.streams.start()
         loop.start()
         self.loop = loop
         self.arm.source = loop
-        server.control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id)
+        control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id)
+        server.control = control
+        self.teleop = control.teleop
+
+    def _start_recording(self, loop: ControlLoop, server: PolicyServer) -> None:
+        """The ``[recording]`` table: episodes of the loop's ticks, opened and closed by ``teleop.episode_*``."""
+        from runtime.control.episodes import EpisodeTap, camera_inputs
+        from runtime.recording import EpisodeRecorder, RecordingFeatures
+
+        fps = round(loop.rate_hz)
+        if abs(fps - loop.rate_hz) > 1e-6:
+            raise ConfigError(
+                f"recording: the control rate must be a whole number of Hz to record (LeRobot stores fps as an "
+                f"integer), got control.rate_hz {loop.rate_hz:g}"
+            )
+        cameras = camera_inputs(self.streams, server.engine.manifest.inputs)
+        features = RecordingFeatures(fps=fps, joint_names=loop.names, cameras=cameras)
+        self.recorder = EpisodeRecorder.create(self.config.recording, features)
+        loop.episodes = EpisodeTap(self.recorder, self.streams, cameras, loop.events)
+        log.info(
+            "recording: episodes go to %s at %d fps (cameras: %s)",
+            self.config.recording.dataset_dir,
+            fps,
+            ", ".join(cameras) or "none",
+        )
 
     def main_loop(self) -> None:
         tick = self.config.daemon.tick_s
@@ -205,6 +238,8 @@ class Daemon:
 
     def on_tick(self, now: float) -> None:
         loop = self.loop
+        if self.teleop is not None:
+            self.teleop.expire(now)
         if loop is not None:
             loop.events.flush_to_log()
             while loop.dump_requests:
@@ -386,6 +421,13 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        recorder, self.recorder = self.recorder, None
+        if recorder is not None:
+            try:
+                recorder.close()  # the loop's shutdown ended (queued) an open episode: written here
+            except LerobotRuntimeError as e:
+                self.failed = True
+                log.error("recording: %s", e)
         metrics, self.metrics = self.metrics, None
         if metrics is not None:
             metrics.close()

@@ -14,8 +14,9 @@ import numpy as np
 
 from runtime.control.loop import ControlLoop, ControlRefused, OnDone
 from runtime.protocol.errors import ControlRefusedError
-from runtime.protocol.messages import ControlRequest
+from runtime.protocol.messages import ControlRequest, TeleopRequest
 from runtime.server.server import PolicyServer
+from runtime.teleop.handler import TeleopControl
 
 
 class ServerInference:
@@ -35,8 +36,11 @@ class LoopControl:
         self.loop = loop
         self.state_dir = state_dir
         self.inference_thread = inference_thread
+        self.teleop = TeleopControl(loop)
 
-    def handle(self, request: ControlRequest, client: str) -> dict[str, Any]:
+    def handle(self, request: ControlRequest | TeleopRequest, client: str) -> dict[str, Any]:
+        if isinstance(request, TeleopRequest):
+            return self.teleop.handle(request, client)
         loop = self.loop
         who = f"{request.who} (client {client})" if request.who else f"client {client}"
         kind = request.kind
@@ -49,6 +53,14 @@ class LoopControl:
             loop.dump_requests.append(f"requested by {who}")
             return {"directory": str(self.state_dir)}
         command = kind.split(".", 1)[1]
+        holder = self.teleop.holder()
+        if holder is not None and command in ("start", "stop"):
+            # Others may watch (control.status) and e-stop, but the station holding the arm commands it.
+            raise ControlRefusedError(
+                f"{kind}: a teleop station holds the arm ({holder}); it hands back with teleop.hand_back",
+                field="kind",
+                request_id=request.id,
+            )
         try:
             loop.check(command)
         except ControlRefused as e:
@@ -60,6 +72,7 @@ class LoopControl:
         status = self.loop.status()
         # OS thread ids, to check where they really run (/proc/PID/task/TID/stat field 39)
         status["threads"] = {"control": self.loop.native_id, "inference": self.inference_thread}
+        status["teleop"]["session"] = self.teleop.status()
         streams = self.loop.streams
         if streams is not None:
             status["streams"] = {

@@ -11,8 +11,11 @@ one-slot handoff and is merged at the next tick, keyed by the tick its observati
 Other threads talk to the loop only through flags and a command deque; nothing in the tick waits on
 a lock a slow thread holds, and nothing in it logs (events are logged by the daemon's main thread).
 
-Modes: ``idle`` (never commanded, or torque off), ``running`` (executing chunks), ``holding``
-(torque on, a fixed goal), ``resting`` (moving slowly to the rest pose), ``estopped`` (latched).
+Modes: ``idle`` (never commanded, or torque off), ``running`` (executing chunks), ``teleop`` (a
+station's leader pose, after a hand-over that does not jump), ``holding`` (torque on, a fixed goal),
+``resting`` (moving slowly to the rest pose), ``estopped`` (latched). The goal's source, as recorded
+and reported, is ``policy`` (running), ``teleop`` or ``hold`` (everything else); exactly one at a time,
+switched only by an explicit request.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from runtime.bundle.manifest import Manifest
 from runtime.control.actions import ActionQueue
 from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig
+from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
@@ -42,6 +46,8 @@ from runtime.control.streams import ObservationStreams
 from runtime.engine.affinity import current_cpu
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ConfigError, InputValidationError
+from runtime.teleop.config import TeleopConfig
+from runtime.teleop.target import TeleopTarget
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +94,7 @@ class ControlLoop:
         events: EventLog | None = None,
         cpu: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        teleop: TeleopConfig | None = None,
     ) -> None:
         self.bus = bus
         self.config = config
@@ -121,6 +128,11 @@ class ControlLoop:
         self.queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
         self.envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
         self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
+        self.teleop = TeleopTarget(n, teleop if teleop is not None else TeleopConfig(), self.period)
+        #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
+        self.episodes: EpisodeTap | None = None
+        self._intervention = False
+        self.last_teleop_seq = -1
         self.mode = "idle"
         self.estop_reason: str | None = None
         self._estop_requested_at = 0.0
@@ -174,7 +186,8 @@ class ControlLoop:
     # --- requests from other threads (flags only) -------------------------------------------------
 
     def request(self, command: str, who: str = "") -> None:
-        """Queue ``start`` | ``stop`` | ``release`` for the next tick (checked first by :meth:`check`)."""
+        """Queue ``start`` (policy) | ``teleop`` | ``stop`` (hold) | ``release`` for the next tick
+        (checked first by :meth:`check`)."""
         self._commands.append((command, who))
 
     def check(self, command: str) -> None:
@@ -191,6 +204,11 @@ class ControlLoop:
                 stale = self.streams.stale(self._clock())
                 if stale:
                     raise ControlRefused("observation stream(s) not fresh: " + _describe_stale(stale, self.streams))
+        elif command == "teleop":
+            if self.estop_reason is not None:
+                raise ControlRefused(f"e-stop is latched ({self.estop_reason}); release it first (control release)")
+            if self.arm_error:
+                raise ControlRefused(f"the arm is failing: {self.arm_error}")
         elif command == "release":
             if self.estop_reason is None:
                 raise ControlRefused("no e-stop is latched")
@@ -284,10 +302,21 @@ class ControlLoop:
         if present is not None:
             if self.mode == "running":
                 goal, requested = self._running(k, now, present)
+            elif self.mode == "teleop":
+                goal, requested = self._teleop(now, present)
             elif self.mode == "resting":
                 goal = self._resting()
             if goal is not None:
                 self._write(goal)
+        if self.episodes is not None:
+            self.episodes.tick(
+                now,
+                present,
+                goal if goal is not None else self._hold_goal,
+                requested,
+                self.source if requested is not None else "hold",
+                self._intervention and self.mode == "teleop",
+            )
         self.recorder.record(
             now,
             k,
@@ -380,7 +409,9 @@ class ControlLoop:
         except ControlRefused as e:
             self.events.emit(logging.WARNING, "control %s (asked by %s) refused: %s", command, who or "?", e)
             return
-        if command == "start":
+        if command == "teleop":
+            self._take_over(who, present)
+        elif command == "start":
             assert present is not None
             if self.mode in ("idle",):
                 try:
@@ -396,11 +427,15 @@ class ControlLoop:
             self._stall_since = None
             self._stall_key = ""
             self._stall_acted = False
+            was = self.mode
             self.mode = "running"
+            self._intervention = False
             self.counters["starts"] += 1
-            self.events.emit(logging.INFO, "control: motion started (asked by %s)", who or "?")
+            self.events.emit(
+                logging.INFO, "control: source policy (was %s), motion started (asked by %s)", was, who or "?"
+            )
         elif command == "stop":
-            if self.mode in ("running", "resting"):
+            if self.mode in ("running", "resting", "teleop"):
                 self._hold_present()
             self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
         elif command == "release":
@@ -409,6 +444,45 @@ class ControlLoop:
             held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
             self.mode = "holding" if held else "idle"
             self.events.emit(logging.WARNING, "control: e-stop released by %s; arm %s", who or "?", self.mode)
+
+    def _take_over(self, who: str, present: np.ndarray | None) -> None:
+        """Source ``teleop``: the hand-over starts from the last goal written (or the present pose)."""
+        if present is None:
+            self.events.emit(
+                logging.WARNING, "control teleop (asked by %s) refused: the arm did not answer", who or "?"
+            )
+            return
+        was = self.mode
+        if was == "teleop":
+            return
+        if was == "idle":
+            try:
+                self.bus.enable_torque()
+            except BusError as e:
+                self.events.emit(logging.ERROR, "control teleop: torque on failed: %s", e)
+                return
+            self.envelope.reset(present)
+            self._last_goal = present.copy()
+        elif self._last_goal is None or was != "running":
+            self.envelope.reset(present)
+            self._last_goal = present.copy()
+        # A chunk in flight is for the policy's plan, which ends here.
+        self._gen += 1
+        self.queue.clear()
+        self._intervention = was == "running"
+        self._stall_since = None
+        self._stall_key = ""
+        self._stall_acted = False
+        self.teleop.begin()
+        self.mode = "teleop"
+        self.counters["takeovers"] += 1
+        self.events.emit(
+            logging.INFO,
+            "control: source teleop (was %s), %s hand-over (asked by %s)",
+            was,
+            self.teleop.config.handover,
+            who or "?",
+        )
 
     def _hold_present(self) -> None:
         self._gen += 1
@@ -433,7 +507,9 @@ class ControlLoop:
     def _shutdown(self, present: np.ndarray | None) -> None:
         """Stop motion, hold, then rest or torque off, in that order."""
         was = self.mode
-        if was in ("running", "resting", "holding"):
+        if self.episodes is not None:
+            self.episodes.end()
+        if was in ("running", "resting", "holding", "teleop"):
             self._hold_present()
             action = self.config.safety.shutdown_action
             if action == "rest":
@@ -523,6 +599,11 @@ class ControlLoop:
                 return self._stall(now, "starved", "starved: no action due"), None
             self.counters["priming"] += 1
             return self._stall(now, "priming", "waiting for the first chunk"), None
+        self._moving_again(now)
+        requested = action.copy()
+        return self.envelope.apply(requested, present), requested
+
+    def _moving_again(self, now: float) -> None:
         if self._stall_since is not None and self._stall_key != "priming":
             self.events.emit(
                 logging.INFO, "control: moving again after %.2f s (%s)", now - self._stall_since, self._stall_reason
@@ -531,8 +612,26 @@ class ControlLoop:
         self._stall_key = ""
         self._stall_reason = ""
         self._stall_acted = False
-        requested = action.copy()
-        return self.envelope.apply(requested, present), requested
+
+    # --- teleop ---------------------------------------------------------------------------------------
+
+    def _teleop(self, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The station's newest target through the hand-over and the envelope; deadman: hold, then stall."""
+        target = self.teleop.fresh(now)
+        if target is None:
+            self.counters["deadman_ticks"] += 1
+            reason = f"deadman: no teleop target for more than {self.teleop.config.deadman_ms:g} ms"
+            return self._stall(now, "deadman", reason), None
+        self._moving_again(now)
+        last = self._last_goal if self._last_goal is not None else present
+        requested = self.teleop.goal(target.positions, last, present)
+        self.last_teleop_seq = target.seq
+        return self.envelope.apply(requested, present), requested.copy()
+
+    @property
+    def source(self) -> str:
+        """Who commands the arm now: ``policy``, ``teleop`` or ``hold``."""
+        return "policy" if self.mode == "running" else "teleop" if self.mode == "teleop" else "hold"
 
     def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
         """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
@@ -627,6 +726,16 @@ class ControlLoop:
         k = self.ticker.tick
         return {
             "mode": self.mode,
+            "source": self.source,
+            "teleop": {
+                "phase": self.teleop.phase if self.mode == "teleop" else "",
+                "handover": self.teleop.config.handover,
+                "last_seq": self.last_teleop_seq,
+                "targets": self.teleop.received,
+                "out_of_order": self.teleop.out_of_order,
+                "intervention": self._intervention and self.mode == "teleop",
+            },
+            "recording": self.episodes.status() if self.episodes is not None else None,
             "estop": {"latched": self.estop_reason is not None, "reason": self.estop_reason or ""},
             "rate_hz": self.rate_hz,
             "n_action_steps": self.n_steps,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("idle", "running", "holding", "resting", "estopped")
+MODES = ("idle", "running", "holding", "resting", "estopped", "teleop")
 MODE_CODE = {m: i for i, m in enumerate(MODES)}
 
 

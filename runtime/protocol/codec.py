@@ -32,6 +32,7 @@ from runtime.protocol.messages import (
     PROTOCOL_VERSION,
     RESERVED_KIND_PREFIXES,
     SUPPORTED_VERSIONS,
+    TELEOP_KINDS,
     ActionChunk,
     ControlRequest,
     HelloRequest,
@@ -46,6 +47,7 @@ from runtime.protocol.messages import (
     TensorInfo,
     Timing,
 )
+from runtime.protocol.teleop import parse_teleop
 
 _REQUEST_KEYS: Final = frozenset(("v", "id", "kind", "body"))
 _INFER_BODY_KEYS: Final = frozenset(("observation",))
@@ -241,6 +243,8 @@ def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Requ
         return _parse_infer(rid, body, data)
     if kind in CONTROL_KINDS:
         return _parse_control(rid, kind, body, data)
+    if kind in TELEOP_KINDS:
+        return parse_teleop(rid, kind, body, data)
     if kind not in KINDS:
         reserved = kind.startswith(RESERVED_KIND_PREFIXES)
         raise UnsupportedKindError(
@@ -377,7 +381,7 @@ def encode_request(
 ) -> list[Any]:
     """Frames of a request: header then one data frame per observation array (sent zero-copy).
 
-    ``body`` is for kinds without arrays (``control.*``); an observation makes the infer body.
+    ``body`` is for kinds without arrays (``control.*``, ``teleop.*``); an observation makes the infer body.
     """
     frames: list[Any] = [b""]
     if observation is None:

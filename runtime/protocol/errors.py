@@ -145,6 +145,18 @@ class ControlRefusedError(ServerError, RuntimeError):
     code = "control_refused"
 
 
+class SessionHeldError(ServerError, PermissionError):
+    """``teleop.open`` while another station holds the arm; the message names the holder."""
+
+    code = "session_held"
+
+
+class NoSessionError(ServerError, PermissionError):
+    """A ``teleop.*`` request whose session is not the open one (closed, lost, or never opened)."""
+
+    code = "no_session"
+
+
 class InternalError(ServerError, RuntimeError):
     """A bug in the server; the request may be retried, the log has the traceback."""
 
@@ -167,6 +179,8 @@ ERROR_CLASSES: Final[dict[str, type[ServerError]]] = {
         ShuttingDownError,
         NoControlError,
         ControlRefusedError,
+        SessionHeldError,
+        NoSessionError,
         InternalError,
     )
 }

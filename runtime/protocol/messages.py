@@ -26,10 +26,20 @@ CONTROL_KINDS: Final[tuple[str, ...]] = (
     "control.status",
     "control.dump",
 )
-KINDS: Final[tuple[str, ...]] = ("hello", "infer", "ping", "stats", *CONTROL_KINDS)
-# Name spaces kept for the teleop kinds of later versions: refused as ``unsupported_kind`` today,
-# never reinterpreted.
-RESERVED_KIND_PREFIXES: Final = ("teleop.", "session.")
+# A station driving the arm (answered by a daemon that owns an arm; ``no_control`` otherwise).
+TELEOP_KINDS: Final[tuple[str, ...]] = (
+    "teleop.open",
+    "teleop.target",
+    "teleop.take_over",
+    "teleop.hand_back",
+    "teleop.episode_start",
+    "teleop.episode_stop",
+    "teleop.episode_discard",
+    "teleop.close",
+)
+KINDS: Final[tuple[str, ...]] = ("hello", "infer", "ping", "stats", *CONTROL_KINDS, *TELEOP_KINDS)
+# Name spaces kept for later versions: refused as ``unsupported_kind`` today, never reinterpreted.
+RESERVED_KIND_PREFIXES: Final = ("session.",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +92,22 @@ class ControlRequest:
     reason: str = ""
 
 
-Request = HelloRequest | PingRequest | StatsRequest | InferRequest | ControlRequest
+@dataclass(frozen=True, slots=True)
+class TeleopRequest:
+    """``teleop.*``: ``session`` is the token ``teleop.open`` returned (every kind but ``open``);
+    ``seq`` and ``positions`` (one per joint, in the arm's joint order) come with ``teleop.target``;
+    ``task`` with ``teleop.episode_start``; ``who`` names the operator (``open``)."""
+
+    id: int
+    kind: str
+    session: str = ""
+    who: str = ""
+    seq: int = 0
+    positions: tuple[float, ...] = ()
+    task: str = ""
+
+
+Request = HelloRequest | PingRequest | StatsRequest | InferRequest | ControlRequest | TeleopRequest
 
 
 # --- replies ---------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from runtime.protocol.messages import (
     InferRequest,
     PolicyInfo,
     StatsSnapshot,
+    TeleopRequest,
     TensorInfo,
     Timing,
 )
@@ -93,9 +94,9 @@ def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> Pol
 
 
 class ControlHandler(Protocol):
-    """Answers ``control.*`` requests on the I/O thread; must only set flags and read state."""
+    """Answers ``control.*`` and ``teleop.*`` requests on the I/O thread; must only set flags and read state."""
 
-    def handle(self, request: ControlRequest, client: str) -> dict[str, Any]: ...
+    def handle(self, request: ControlRequest | TeleopRequest, client: str) -> dict[str, Any]: ...
 
 
 class PolicyServer:
@@ -461,7 +462,7 @@ class PolicyServer:
                 self._submit(index, sock, envelope, request, received_at)
                 return
             body: dict[str, Any]
-            if isinstance(request, ControlRequest):
+            if isinstance(request, (ControlRequest, TeleopRequest)):
                 if self.control is None:
                     raise NoControlError(f"{kind}: {self.no_control_reason}", request_id=rid)
                 body = self.control.handle(request, envelope[0].hex())

@@ -102,7 +102,7 @@ BAD = [
     ("negative id", frames_of({"v": 1, "id": -1, "kind": "ping"}), BadRequestError, "id"),
     ("kind is int", frames_of({"v": 1, "id": 1, "kind": 3}), BadRequestError, "kind"),
     ("unknown kind", frames_of({"v": 1, "id": 1, "kind": "exec"}), UnsupportedKindError, "kind"),
-    ("reserved kind", frames_of({"v": 1, "id": 1, "kind": "teleop.start"}), UnsupportedKindError, "kind"),
+    ("reserved kind", frames_of({"v": 1, "id": 1, "kind": "session.start"}), UnsupportedKindError, "kind"),
     ("unknown header key", frames_of({"v": 1, "id": 1, "kind": "ping", "x": 1}), BadRequestError, "x"),
     ("body not a map", frames_of({"v": 1, "id": 1, "kind": "infer", "body": [1]}), BadRequestError, "body"),
     (

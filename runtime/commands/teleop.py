@@ -1,0 +1,104 @@
+"""``lerobot-runtime teleop`` (the operator's station) and ``bench teleop``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "ipc://policy.sock"
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    t = commands.add_parser("teleop", help="drive the daemon's arm from a leader arm (the operator's station)")
+    leader = t.add_mutually_exclusive_group(required=True)
+    leader.add_argument("--leader-port", metavar="PORT", help="the leader arm's serial port (/dev/ttyACM1)")
+    leader.add_argument("--leader-sim", action="store_true", help="a simulated leader that moves by itself (demo)")
+    t.add_argument(
+        "--connect",
+        default=DEFAULT_ENDPOINT,
+        metavar="ENDPOINT",
+        help=f"the daemon's endpoint (default {DEFAULT_ENDPOINT} in the runtime directory)",
+    )
+    t.add_argument("--protocol", choices=["feetech", "dynamixel"], default="feetech", help="the leader's servos")
+    t.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="the leader's calibration, TOML or LeRobot JSON (default: the simulated SO-101's)",
+    )
+    t.add_argument("--who", default="", help="your name, for the daemon's log and other stations' refusals")
+    t.add_argument("--task", default="teleop", help="the task text of recorded episodes")
+    t.add_argument("--timeout", type=float, default=0.5, metavar="S", help="reply timeout in seconds (default 0.5)")
+    t.add_argument("--steps", type=int, default=0, help="stop after this many targets (0: until q)")
+    t.set_defaults(func=_teleop)
+
+    b = bench.add_parser("teleop", help="leader move -> follower goal write latency over loopback")
+    b.add_argument("--seconds", type=float, default=10.0, help="measured seconds (default 10)")
+    b.add_argument("--rate", type=float, default=30.0, help="control rate, Hz (default 30)")
+    b.add_argument("--json", action="store_true", help="print the result as JSON")
+    b.set_defaults(func=_bench_teleop)
+
+
+def _teleop(args: argparse.Namespace) -> int:
+    from runtime.client import PolicyClient
+    from runtime.paths import data_root
+    from runtime.protocol.errors import ServerError
+    from runtime.server.endpoints import resolve_endpoint
+    from runtime.teleop.leader import LeaderArm, SimLeader
+    from runtime.teleop.station import HELP, Station
+    from runtime.teleop.terminal import raw_keys, status_printer
+
+    calibration = args.calibration or str(data_root() / "configs" / "calibration" / "so101_sim.toml")
+    if args.leader_sim:
+        sim = SimLeader.start(calibration, args.protocol)
+        sim.wander()
+        leader: LeaderArm = sim
+    else:
+        if not args.calibration:
+            print(
+                "teleop: --calibration FILE is needed with --leader-port (the leader's own calibration)",
+                file=sys.stderr,
+            )
+            return 2
+        leader = LeaderArm.open(args.leader_port, calibration, args.protocol)
+    try:
+        with PolicyClient(resolve_endpoint(args.connect), timeout_s=args.timeout) as client:
+            station = Station(client, leader, who=args.who, task=args.task)
+            try:
+                station.open()
+            except ServerError as e:
+                print(f"teleop refused [{e.code}]: {e.message}", file=sys.stderr)
+                return 1
+            print(HELP, file=sys.stderr)
+            show = status_printer()
+            try:
+                with raw_keys() as keys:
+                    station.run(keys, show, max_steps=args.steps)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                show.done()
+                station.close()
+    finally:
+        leader.close()
+    return 0
+
+
+def _bench_teleop(args: argparse.Namespace) -> int:
+    from runtime.bench.teleop import run_teleop_bench
+
+    result = run_teleop_bench(seconds=args.seconds, rate_hz=args.rate)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        lat = result["move_to_write_ms"]
+        print(
+            f"teleop at {result['rate_hz']:g} Hz over {result['transport']}: leader move -> follower goal write "
+            f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms "
+            f"(target p99 <= {result['target_p99_ms']:.2f} ms: {'met' if result['target_met'] else 'NOT met'}); "
+            f"{result['samples']} moves; CPU {result['cpu']}"
+        )
+    return 0

@@ -1,0 +1,138 @@
+"""``teleop.*`` requests, answered on the server's I/O thread.
+
+Like ``control.*``, nothing here moves the arm: a target goes into the loop's one-slot handoff, a
+take-over or hand-back is queued for the loop's next tick, an episode request for the recorder
+hook. One station holds the arm at a time (:class:`TeleopSessions`); another station asking gets
+``session_held`` naming the holder, a request with a stale token ``no_session``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from runtime.control.loop import ControlLoop, ControlRefused
+from runtime.protocol.errors import BadRequestError, ControlRefusedError, NoSessionError, SessionHeldError
+from runtime.protocol.messages import TeleopRequest
+from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
+
+log = logging.getLogger(__name__)
+
+
+class TeleopControl:
+    def __init__(self, loop: ControlLoop, clock: Callable[[], float] = time.monotonic) -> None:
+        self.loop = loop
+        self.sessions = TeleopSessions(loop.teleop.config.session_timeout_ms / 1e3)
+        self._clock = clock
+
+    def holder(self) -> str | None:
+        """Who holds the arm (for refusing other stations' ``control.start``/``stop``), or None."""
+        self.expire(self._clock())
+        held = self.sessions.current
+        return held.who if held is not None else None
+
+    def expire(self, now: float) -> None:
+        """Lose a session not heard from in time: the arm goes to hold. Called per request and per daemon tick."""
+        lost = self.sessions.expire(now)
+        if lost is None:
+            return
+        self.loop.teleop.clear()
+        self.loop.events.emit(
+            logging.WARNING,
+            "teleop: session of %s lost (no message for %.0f ms); arm to hold",
+            lost.who,
+            self.sessions.timeout_s * 1e3,
+        )
+        if self.loop.mode == "teleop":
+            self.loop.request("stop", f"{lost.who} (session lost)")
+
+    def handle(self, request: TeleopRequest, client: str) -> dict[str, Any]:
+        now = self._clock()
+        self.expire(now)
+        loop = self.loop
+        kind = request.kind
+        if kind == "teleop.open":
+            who = f"{request.who} (client {client})" if request.who else f"client {client}"
+            try:
+                session = self.sessions.open(who, now)
+            except SessionHeld as e:
+                raise SessionHeldError(f"{kind}: {e}", field="kind", request_id=request.id) from None
+            loop.teleop.clear()
+            loop.events.emit(logging.INFO, "teleop: session opened by %s", who)
+            return {
+                "session": session.token,
+                "joints": list(loop.names),
+                "rate_hz": loop.rate_hz,
+                "deadman_ms": loop.teleop.config.deadman_ms,
+                "session_timeout_ms": self.sessions.timeout_s * 1e3,
+                "mode": loop.mode,
+            }
+        try:
+            session = self.sessions.check(request.session, now)
+        except NoSession as e:
+            raise NoSessionError(f"{kind}: {e}", field="body.session", request_id=request.id) from None
+        who = session.who
+        if kind == "teleop.target":
+            if len(request.positions) != len(loop.names):
+                raise BadRequestError(
+                    f"{kind} body.positions: expected {len(loop.names)} numbers ({', '.join(loop.names)}), "
+                    f"got {len(request.positions)}",
+                    field="body.positions",
+                    expected=f"{len(loop.names)} numbers",
+                    received=f"{len(request.positions)} numbers",
+                    request_id=request.id,
+                )
+            accepted = loop.teleop.put(request.seq, np.array(request.positions, dtype=np.float64), now)
+            return self._state(accepted, request.seq)
+        if kind == "teleop.take_over":
+            self._command("teleop", who, request)
+        elif kind == "teleop.hand_back":
+            self._command("start", who, request)
+        elif kind.startswith("teleop.episode_"):
+            if loop.episodes is None:
+                raise ControlRefusedError(
+                    f"{kind}: recording is off on this daemon; set [recording] dataset_dir in its config",
+                    field="kind",
+                    request_id=request.id,
+                )
+            op = kind.removeprefix("teleop.episode_")
+            loop.episodes.request(op, request.task, who)
+        elif kind == "teleop.close":
+            self.sessions.close(request.session, now)
+            loop.teleop.clear()
+            loop.events.emit(logging.INFO, "teleop: session of %s closed", who)
+            if loop.mode == "teleop":
+                loop.request("stop", f"{who} (session closed)")
+        return {"accepted": True, "mode": loop.mode}
+
+    def _command(self, command: str, who: str, request: TeleopRequest) -> None:
+        try:
+            self.loop.check(command)
+        except ControlRefused as e:
+            raise ControlRefusedError(f"{request.kind}: {e}", field="kind", request_id=request.id) from None
+        self.loop.request(command, who)
+
+    def _state(self, accepted: bool, seq: int) -> dict[str, Any]:
+        loop = self.loop
+        return {
+            "seq": seq,
+            "accepted": accepted,
+            "mode": loop.mode,
+            "phase": loop.teleop.phase if loop.mode == "teleop" else "",
+            "estop": loop.estop_reason or "",
+            "clamps": sum(loop.envelope.counts.values()),
+            "recording": loop.episodes is not None and loop.episodes.active,
+        }
+
+    def status(self) -> dict[str, Any]:
+        held = self.sessions.current
+        return {
+            "holder": held.who if held is not None else None,
+            "opened": self.sessions.opened,
+            "refused": self.sessions.refused,
+            "lost": self.sessions.lost,
+        }

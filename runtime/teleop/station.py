@@ -1,0 +1,172 @@
+"""The operator's station: reads the leader, streams targets to the daemon at the control rate, keeps
+a one-line status and turns keys into requests.
+
+Everything here is plain logic over a :class:`PolicyClient` and a :class:`Leader`, so it is tested
+without a terminal; ``runtime.teleop.terminal`` supplies the keys and draws the line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.client import PolicyClient, RequestTimeoutError
+from runtime.control.clock import Ticker
+from runtime.protocol.errors import NoSessionError, ServerError
+from runtime.teleop.leader import Leader
+
+log = logging.getLogger(__name__)
+
+KEYS: dict[str, str] = {
+    "t": "take over",
+    "h": "hand back",
+    "e": "e-stop",
+    " ": "e-stop",
+    "r": "episode start",
+    "s": "episode stop",
+    "d": "episode discard",
+    "q": "quit",
+}
+HELP = "keys: t take over, h hand back, e/space e-stop, r record, s save, d discard, q quit"
+
+
+@dataclass
+class StationStatus:
+    mode: str = "?"
+    phase: str = ""
+    estop: str = ""
+    clamps: int = 0
+    recording: bool = False
+    rtt_ms: float = 0.0
+    sent: int = 0
+    timeouts: int = 0
+    message: str = ""
+
+    def line(self) -> str:
+        mode = self.mode + (f" ({self.phase})" if self.phase else "")
+        estop = f"E-STOP: {self.estop}" if self.estop else "no e-stop"
+        rec = "REC" if self.recording else "not recording"
+        text = (
+            f"{mode:<20} rtt {self.rtt_ms:5.1f} ms  clamps {self.clamps:<5d} {estop}  {rec}  sent {self.sent}"
+            f"  timeouts {self.timeouts}"
+        )
+        return text + (f"  | {self.message}" if self.message else "")
+
+
+class Station:
+    """One station holding (or trying to hold) the daemon's arm."""
+
+    def __init__(self, client: PolicyClient, leader: Leader, *, who: str = "", task: str = "teleop") -> None:
+        self.client = client
+        self.leader = leader
+        self.who = who
+        self.task = task
+        self.session = ""
+        self.rate_hz = 30.0
+        self.seq = 0
+        self.status = StationStatus()
+        self.quit = False
+
+    def open(self) -> dict[str, Any]:
+        """Open the session (raises ``SessionHeldError`` naming the holder if another station has it)."""
+        body, _ = self.client.teleop("open", who=self.who)
+        self.session = str(body["session"])
+        self.rate_hz = float(body["rate_hz"])
+        joints = [str(j) for j in body["joints"]]
+        order = getattr(self.leader, "order", None)
+        if order is not None:
+            order(joints)
+        self.status.mode = str(body.get("mode", "?"))
+        self.status.message = f"session open, {len(joints)} joints at {self.rate_hz:g} Hz"
+        return body
+
+    def step(self) -> None:
+        """Read the leader and send one target; a lost session is re-opened at the next step."""
+        if not self.session:
+            try:
+                self.open()
+            except ServerError as e:
+                self.status.message = str(e)
+                return
+            except RequestTimeoutError as e:
+                self.status.timeouts += 1
+                self.status.message = str(e)
+                return
+        positions = self.leader.read()
+        self.seq += 1
+        try:
+            body, rtt = self.client.teleop(
+                "target", session=self.session, seq=self.seq, positions=[float(v) for v in positions]
+            )
+        except NoSessionError as e:
+            self.session = ""
+            self.status.message = f"session lost: {e.message}"
+            return
+        except RequestTimeoutError:
+            self.status.timeouts += 1
+            self.status.message = "no reply from the daemon"
+            return
+        s = self.status
+        s.sent += 1
+        s.rtt_ms = rtt
+        s.mode = str(body.get("mode", "?"))
+        s.phase = str(body.get("phase", ""))
+        s.estop = str(body.get("estop", ""))
+        s.clamps = int(body.get("clamps", 0))
+        s.recording = bool(body.get("recording", False))
+
+    def key(self, ch: str) -> str:
+        """Carry out the key's action; returns what was done (shown in the status line)."""
+        action = KEYS.get(ch.lower() if ch != " " else ch)
+        if action is None:
+            return ""
+        try:
+            if action == "quit":
+                self.quit = True
+            elif action == "e-stop":
+                self.client.control("estop", who=self.who or "teleop station", reason="e-stop from the teleop station")
+            elif not self.session:
+                raise NoSessionError("no session is open")
+            elif action == "take over":
+                self.client.teleop("take_over", session=self.session)
+            elif action == "hand back":
+                self.client.teleop("hand_back", session=self.session)
+            elif action == "episode start":
+                self.client.teleop("episode_start", session=self.session, task=self.task)
+            elif action == "episode stop":
+                self.client.teleop("episode_stop", session=self.session)
+            elif action == "episode discard":
+                self.client.teleop("episode_discard", session=self.session)
+        except ServerError as e:
+            self.status.message = f"{action} refused: {e.message}"
+            return self.status.message
+        except RequestTimeoutError:
+            self.status.message = f"{action}: no reply from the daemon"
+            return self.status.message
+        self.status.message = action
+        return action
+
+    def close(self) -> None:
+        if self.session:
+            try:
+                self.client.teleop("close", session=self.session)
+            except (ServerError, RequestTimeoutError) as e:
+                log.warning("teleop close: %s", e)
+            self.session = ""
+
+    def run(self, keys: Callable[[], str | None], show: Callable[[str], None], *, max_steps: int = 0) -> None:
+        """Stream at the control rate until ``q`` (or ``max_steps`` targets), reading keys between ticks."""
+        if not self.session:
+            self.open()
+        ticker = Ticker(1.0 / self.rate_hz)
+        ticker.start()
+        steps = 0
+        while not self.quit and (max_steps <= 0 or steps < max_steps):
+            ticker.wait()
+            while (ch := keys()) is not None:
+                self.key(ch)
+            self.step()
+            steps += 1
+            show(self.status.line())

@@ -1,0 +1,87 @@
+"""The teleop goal source: the newest leader pose, handed from the I/O thread to the control loop,
+and the hand-over that keeps the follower from jumping to it.
+
+The I/O thread replaces one slot (a tuple assignment, atomic under the GIL); the loop reads the slot
+each tick and never waits. Targets arriving out of order (an older ``seq`` than the newest) are
+dropped and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime.teleop.config import TeleopConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    seq: int
+    positions: np.ndarray  # float64, the follower's joint order
+    received_at: float  # time.monotonic() on arrival
+
+
+class TeleopTarget:
+    """Where the station's targets land, and the per-tick goal the loop asks for in ``teleop`` mode.
+
+    ``phase`` is ``handover`` after :meth:`begin` until the follower is at the leader's pose (or the
+    leader within tolerance, for ``wait``), then ``tracking``.
+    """
+
+    def __init__(self, joints: int, config: TeleopConfig, period_s: float) -> None:
+        self.joints = joints
+        self.config = config
+        self.deadman_s = config.deadman_ms / 1e3
+        self._step = config.handover_speed_deg_s * period_s
+        self._slot: Target | None = None
+        self.out_of_order = 0
+        self.received = 0
+        self.phase = "tracking"
+        self.handover_ticks = 0
+
+    # --- the I/O thread ---------------------------------------------------------------------
+
+    def put(self, seq: int, positions: np.ndarray, now: float) -> bool:
+        """Store a target; False (and counted) when it is older than the newest one."""
+        last = self._slot
+        if last is not None and seq <= last.seq:
+            self.out_of_order += 1
+            return False
+        self._slot = Target(seq, positions, now)
+        self.received += 1
+        return True
+
+    def clear(self) -> None:
+        """Forget the stored target (a new session starts from nothing)."""
+        self._slot = None
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def fresh(self, now: float) -> Target | None:
+        """The newest target if it is younger than ``deadman_ms``, else None."""
+        target = self._slot
+        if target is None or now - target.received_at > self.deadman_s:
+            return None
+        return target
+
+    def begin(self) -> None:
+        self.phase = "handover"
+        self.handover_ticks = 0
+
+    def goal(self, target: np.ndarray, last_goal: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """The requested goal for this tick (before the safety envelope)."""
+        if self.phase == "tracking":
+            return target
+        self.handover_ticks += 1
+        if self.config.handover == "wait":
+            if float(np.max(np.abs(target - present))) <= self.config.handover_tolerance_deg:
+                self.phase = "tracking"
+                return target
+            return last_goal
+        gap = target - last_goal
+        if float(np.max(np.abs(gap))) <= self._step:
+            self.phase = "tracking"
+            return target
+        stepped: np.ndarray = last_goal + np.clip(gap, -self._step, self._step)
+        return stepped
