@@ -231,10 +231,11 @@ def test_deadman_holds_then_the_stall_policy_and_a_lost_session_returns_to_hold(
         wait_for(lambda: loop.mode == "teleop" and loop.teleop.phase == "tracking", what="tracking")
         joints = names(daemon)
         base = leader.read()
+        deadman0 = loop.counters["deadman_ticks"]
         stream.paused.set()  # the link dies while the operator keeps moving the leader
         stopped_at = time.monotonic()
         leader.move_to(dict(zip(joints, base + 10.0, strict=True)))
-        wait_for(lambda: loop.counters["deadman_ticks"] > 0, what="the deadman")
+        wait_for(lambda: loop.counters["deadman_ticks"] > deadman0, what="the deadman")
         held_at = len(follower(daemon)[0])
         time.sleep(0.4)
         times, goals = follower(daemon)
