@@ -62,4 +62,5 @@ def test_default_toml_is_the_built_in_default() -> None:
     built_in = load_config(None)
     # paths are resolved against different folders; everything else must be identical
     assert replace(shipped.control) == built_in.control
+    assert shipped.teleop == built_in.teleop and shipped.recording == built_in.recording
     assert shipped.daemon == built_in.daemon

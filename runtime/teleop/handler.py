@@ -87,7 +87,7 @@ class TeleopControl:
                     request_id=request.id,
                 )
             accepted = loop.teleop.put(request.seq, np.array(request.positions, dtype=np.float64), now)
-            return self._state(accepted, request.seq)
+            return self._state(accepted, request.seq, now)
         if kind == "teleop.take_over":
             self._command("teleop", who, request)
         elif kind == "teleop.hand_back":
@@ -116,9 +116,12 @@ class TeleopControl:
             raise ControlRefusedError(f"{request.kind}: {e}", field="kind", request_id=request.id) from None
         self.loop.request(command, who)
 
-    def _state(self, accepted: bool, seq: int) -> dict[str, Any]:
+    def _state(self, accepted: bool, seq: int, now: float) -> dict[str, Any]:
         loop = self.loop
+        ticker = loop.ticker
         return {
+            # when the loop reads the slot next: the station times its leader reads to land just before
+            "next_tick_ms": round(max(0.0, ticker.deadline(ticker.tick + 1) - now) * 1e3, 3),
             "seq": seq,
             "accepted": accepted,
             "mode": loop.mode,

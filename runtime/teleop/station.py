@@ -8,12 +8,13 @@ without a terminal; ``runtime.teleop.terminal`` supplies the keys and draws the 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from runtime.client import PolicyClient, RequestTimeoutError
-from runtime.control.clock import Ticker
 from runtime.protocol.errors import NoSessionError, ServerError
 from runtime.teleop.leader import Leader
 
@@ -43,6 +44,7 @@ class StationStatus:
     sent: int = 0
     timeouts: int = 0
     message: str = ""
+    next_tick_ms: float | None = None
 
     def line(self) -> str:
         mode = self.mode + (f" ({self.phase})" if self.phase else "")
@@ -58,8 +60,14 @@ class StationStatus:
 class Station:
     """One station holding (or trying to hold) the daemon's arm."""
 
-    def __init__(self, client: PolicyClient, leader: Leader, *, who: str = "", task: str = "teleop") -> None:
+    def __init__(
+        self, client: PolicyClient, leader: Leader, *, who: str = "", task: str = "teleop", lead_ms: float = 4.0
+    ) -> None:
+        """``lead_ms``: how long before the loop's tick the leader is read and the target sent (covers the
+        read and the trip); the station phase-locks to the loop with the ``next_tick_ms`` of each reply."""
         self.client = client
+        self.lead_s = lead_ms / 1e3
+        self._loop_tick_at: float | None = None
         self.leader = leader
         self.who = who
         self.task = task
@@ -96,6 +104,7 @@ class Station:
                 return
         positions = self.leader.read()
         self.seq += 1
+        sent_at = time.monotonic()
         try:
             body, rtt = self.client.teleop(
                 "target", session=self.session, seq=self.seq, positions=[float(v) for v in positions]
@@ -116,6 +125,23 @@ class Station:
         s.estop = str(body.get("estop", ""))
         s.clamps = int(body.get("clamps", 0))
         s.recording = bool(body.get("recording", False))
+        next_tick = body.get("next_tick_ms")
+        if isinstance(next_tick, (int, float)):
+            s.next_tick_ms = float(next_tick)
+            # the server measured from when it got the request: about half the round trip after sending
+            self._loop_tick_at = sent_at + rtt / 2e3 + next_tick / 1e3
+
+    def next_send_at(self, now: float) -> float:
+        """When to read the leader and send next: ``lead_ms`` before one of the loop's ticks, so the
+        loop acts on a leader pose read moments ago (unlocked: one period from now)."""
+        period = 1.0 / self.rate_hz
+        tick_at = self._loop_tick_at
+        if tick_at is None:
+            return now + period
+        at = tick_at - self.lead_s
+        # the next such moment at least half a period away (never two targets for one tick)
+        k = math.ceil((now + period / 2 - at) / period)
+        return at + k * period
 
     def key(self, ch: str) -> str:
         """Carry out the key's action; returns what was done (shown in the status line)."""
@@ -160,13 +186,13 @@ class Station:
         """Stream at the control rate until ``q`` (or ``max_steps`` targets), reading keys between ticks."""
         if not self.session:
             self.open()
-        ticker = Ticker(1.0 / self.rate_hz)
-        ticker.start()
         steps = 0
+        at = time.monotonic()
         while not self.quit and (max_steps <= 0 or steps < max_steps):
-            ticker.wait()
+            time.sleep(max(0.0, at - time.monotonic()))
             while (ch := keys()) is not None:
                 self.key(ch)
             self.step()
             steps += 1
             show(self.status.line())
+            at = self.next_send_at(time.monotonic())
