@@ -140,7 +140,7 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         wait_for(lambda: loop.mode == "teleop", what="teleop")
         wait_for(lambda: loop.teleop.phase == "tracking", timeout=5, what="hand-over done")
         time.sleep(0.2)
-        times, goals = follower(daemon)
+        _, goals = follower(daemon)
         handover = goals[n_before:]
         steps = np.abs(np.diff(handover, axis=0)).max(axis=0)
         # at most handover_speed_deg_s per tick on every joint (plus a servo tick of rounding): no jump
@@ -177,7 +177,7 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
     assert ep.tasks == ["pick the cube"]
     sources = ep.columns["control.source"]
     # the episode runs policy -> teleop -> policy, in that order
-    runs = [s for i, s in enumerate(sources) if i == 0 or s != sources[i - 1] and s != "hold"]
+    runs = [s for i, s in enumerate(sources) if i == 0 or (s != sources[i - 1] and s != "hold")]
     assert [r for r in runs if r != "hold"][:3] == ["policy", "teleop", "policy"], runs
     teleop = np.array([s == "teleop" for s in sources])
     assert ep.columns["control.intervention"][teleop].all()
