@@ -209,7 +209,7 @@ class PolicyClient:
     def control(
         self, command: str, *, who: str = "", reason: str = "", timeout_s: float | None = None
     ) -> dict[str, Any]:
-        """``control.<command>`` (start, stop, estop, release, status, dump); returns the reply body.
+        """``control.<command>`` (start, stop, estop, release, status, dump, teleop); returns the reply body.
 
         Refusals raise ``ControlRefusedError`` (why, e.g. a latched e-stop) or ``NoControlError``
         (the daemon does not drive an arm).

@@ -39,6 +39,7 @@ from runtime.teleop.handler import TeleopControl
 
 if TYPE_CHECKING:
     from runtime.recording import EpisodeRecorder
+    from runtime.teleop.local import LocalLeader
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class Daemon:
         self.arm: ArmMonitor | None = None
         self.loop: ControlLoop | None = None
         self.teleop: TeleopControl | None = None
+        self.local_leader: LocalLeader | None = None
         self.recorder: EpisodeRecorder | None = None
         self.streams: ObservationStreams | None = None
         self._stall_logged = False
@@ -203,6 +205,28 @@ class Daemon:
         control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id)
         server.control = control
         self.teleop = control.teleop
+        if self.config.teleop.leader_port:
+            self._start_local_leader(loop, control.teleop)
+
+    def _start_local_leader(self, loop: ControlLoop, teleop: TeleopControl) -> None:
+        """``[teleop] leader_port``: the daemon reads a leader on this computer itself."""
+        from runtime.teleop.leader import LeaderArm
+        from runtime.teleop.local import LocalLeader
+
+        cfg = self.config.teleop
+        leader = LeaderArm.open(cfg.leader_port, cfg.leader_calibration, cfg.leader_protocol)
+        try:
+            self.local_leader = LocalLeader(leader, loop, cfg.leader_who)
+        except BaseException:
+            leader.close()
+            raise
+        self.local_leader.start()
+        teleop.local = f"{cfg.leader_who} on {cfg.leader_port}"
+        log.info(
+            "teleop: reading the leader %s on %s (torque off); take over with: lerobot-runtime control teleop",
+            cfg.leader_who,
+            cfg.leader_port,
+        )
 
     def _start_recording(self, loop: ControlLoop, server: PolicyServer) -> None:
         """The ``[recording]`` table: episodes of the loop's ticks, opened and closed by ``teleop.episode_*``."""
@@ -421,6 +445,9 @@ class Daemon:
             loop.events.flush_to_log()
             while loop.dump_requests:
                 self._dump_flight(loop, loop.dump_requests.popleft())
+        local, self.local_leader = self.local_leader, None
+        if local is not None:
+            local.stop()
         recorder, self.recorder = self.recorder, None
         if recorder is not None:
             try:

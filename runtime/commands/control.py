@@ -10,7 +10,7 @@ import sys
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "ipc://policy.sock"
-COMMANDS = ("start", "stop", "estop", "release", "status", "dump")
+COMMANDS = ("start", "stop", "estop", "release", "status", "dump", "teleop")
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -54,10 +54,17 @@ class LoopControl:
             return {"directory": str(self.state_dir)}
         command = kind.split(".", 1)[1]
         holder = self.teleop.holder()
-        if holder is not None and command in ("start", "stop"):
+        if holder is not None and command in ("start", "stop", "teleop"):
             # Others may watch (control.status) and e-stop, but the station holding the arm commands it.
             raise ControlRefusedError(
                 f"{kind}: a teleop station holds the arm ({holder}); it hands back with teleop.hand_back",
+                field="kind",
+                request_id=request.id,
+            )
+        if command == "teleop" and self.teleop.local is None:
+            raise ControlRefusedError(
+                f"{kind}: this daemon reads no leader of its own ([teleop] leader_port is empty); "
+                "a station takes over with lerobot-runtime teleop",
                 field="kind",
                 request_id=request.id,
             )

@@ -25,6 +25,7 @@ CONTROL_KINDS: Final[tuple[str, ...]] = (
     "control.release",
     "control.status",
     "control.dump",
+    "control.teleop",
 )
 # A station driving the arm (answered by a daemon that owns an arm; ``no_control`` otherwise).
 TELEOP_KINDS: Final[tuple[str, ...]] = (

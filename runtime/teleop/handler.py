@@ -27,6 +27,8 @@ class TeleopControl:
     def __init__(self, loop: ControlLoop, clock: Callable[[], float] = time.monotonic) -> None:
         self.loop = loop
         self.sessions = TeleopSessions(loop.teleop.config.session_timeout_ms / 1e3)
+        #: set while the daemon reads a leader of its own: stations are refused, naming it
+        self.local: str | None = None
         self._clock = clock
 
     def holder(self) -> str | None:
@@ -57,6 +59,13 @@ class TeleopControl:
         kind = request.kind
         if kind == "teleop.open":
             who = f"{request.who} (client {client})" if request.who else f"client {client}"
+            if self.local is not None:
+                raise SessionHeldError(
+                    f"{kind}: the arm is driven by the daemon's own leader ({self.local}); "
+                    "switch with control teleop / control start on the robot",
+                    field="kind",
+                    request_id=request.id,
+                )
             try:
                 session = self.sessions.open(who, now)
             except SessionHeld as e:

@@ -276,3 +276,38 @@ def test_estop_from_the_station_latches(daemon: Daemon, leader: SimLeader, clien
     finally:
         stream.stop()
         station.close()
+
+
+def test_a_leader_on_the_robots_own_computer(
+    demo_bundle: Path, short_dir: Path, camera: Camera, calibration: Calibration
+) -> None:
+    """``[teleop] leader_port``: the daemon reads the leader itself; stations are refused naming it."""
+    from drivers.sim.arm import SimArm
+
+    arm = SimArm.start(calibration, connect=False)  # the leader's servos on their own pty, read by the daemon
+    hand = SimLeader(arm, calibration)
+    config = DaemonConfig(
+        engine=EngineConfig(bundle=str(demo_bundle)),
+        server=ServerConfig(endpoints=(f"ipc://{short_dir}/policy.sock",)),
+        arm=ArmConfig(kind="sim", calibration=str(CALIBRATION)),
+        control=ControlConfig(rate_hz=RATE_HZ, rt_priority=0, streams=(StreamConfig(IMAGE, camera.endpoint, 500.0),)),
+        teleop=TeleopConfig(leader_port=arm.simulator.port, leader_calibration=str(CALIBRATION)),
+        daemon=DaemonSettings(tick_s=0.05, state_dir=str(short_dir / "state")),
+    )
+    d = Daemon(config, notifier=SystemdNotifier(None))
+    d.startup()
+    try:
+        assert d.loop is not None and d.local_leader is not None
+        wait_for(lambda: d.local_leader is not None and d.local_leader.reads > 5, what="leader reads")
+        assert arm.simulator.servo(1).torque is False  # the operator moves it by hand
+        with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as client:
+            with pytest.raises(SessionHeldError, match="daemon's own leader"):
+                client.teleop("open", who="bob")
+            client.control("teleop", who="operator")
+            wait_for(lambda: d.loop is not None and d.loop.mode == "teleop" and d.loop.teleop.phase == "tracking")
+            target = present(d) + np.array([6.0, 0.0, -6.0, 0.0, 0.0, 0.0])
+            hand.move_to(dict(zip(names(d), target, strict=True)))
+            wait_for(lambda: np.abs(follower(d)[1][-1] - target).max() < 2 * QUANTUM, what="the follower following")
+    finally:
+        d.shutdown()
+        arm.simulator.stop()
