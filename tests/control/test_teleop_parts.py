@@ -179,3 +179,28 @@ def test_a_refused_station_says_who_holds_the_arm() -> None:
     station = Station(FakeClient(refuse={"open"}), FakeLeader())  # type: ignore[arg-type]
     station.step()  # not open: tries to open, and shows why not
     assert "held by bob" in station.status.message and not station.session
+
+
+def test_raw_keys_reads_one_key_at_a_time_and_restores_the_terminal() -> None:
+    import os
+    import termios
+    import time
+
+    from runtime.teleop.terminal import raw_keys
+
+    master, slave = os.openpty()
+    try:
+        with open(slave, encoding="utf-8", closefd=False) as tty_in:
+            before = termios.tcgetattr(slave)
+            with raw_keys(tty_in) as keys:
+                assert keys() is None  # nothing pending: returns at once
+                os.write(master, b"t")  # no Enter: cbreak mode delivers it
+                end = time.monotonic() + 2
+                got = None
+                while got is None and time.monotonic() < end:
+                    got = keys()
+                assert got == "t"
+            assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)
