@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from drivers.errors import BusError
 from runtime.client import PolicyClient, RequestTimeoutError
 from runtime.protocol.errors import NoSessionError, ServerError
 from runtime.teleop.leader import Leader
@@ -45,6 +46,7 @@ class StationStatus:
     timeouts: int = 0
     message: str = ""
     next_tick_ms: float | None = None
+    leader_failures: int = 0
 
     def line(self) -> str:
         mode = self.mode + (f" ({self.phase})" if self.phase else "")
@@ -102,7 +104,12 @@ class Station:
                 self.status.timeouts += 1
                 self.status.message = str(e)
                 return
-        positions = self.leader.read()
+        try:
+            positions = self.leader.read()
+        except BusError as e:  # a glitch on the leader's bus: no target this tick; the deadman covers a long one
+            self.status.leader_failures += 1
+            self.status.message = f"leader read failed: {e}"
+            return
         self.seq += 1
         sent_at = time.monotonic()
         try:

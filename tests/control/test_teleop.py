@@ -145,13 +145,13 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         steps = np.abs(np.diff(handover, axis=0)).max(axis=0)
         # at most handover_speed_deg_s per tick on every joint (plus a servo tick of rounding): no jump
         assert steps.max() <= HANDOVER_DEG_S / RATE_HZ + QUANTUM, steps
-        np.testing.assert_allclose(goals[-1], leader.read(), atol=2 * QUANTUM)
+        np.testing.assert_allclose(goals[-1], far, atol=2 * QUANTUM)
         assert loop.counters["takeovers"] == 1
 
         # drive: the follower tracks the leader
         target = far + np.array([-5.0, 5.0, 0.0, 3.0, 0.0, 0.0])
         leader.move_to(dict(zip(joints, target, strict=True)))
-        wait_for(lambda: np.abs(follower(daemon)[1][-1] - leader.read()).max() < 2 * QUANTUM, what="tracking")
+        wait_for(lambda: np.abs(follower(daemon)[1][-1] - target).max() < 2 * QUANTUM, what="tracking")
 
         # hand back: the policy's first chunk comes from the present pose, no jump either
         n_back = len(follower(daemon)[0])
@@ -225,12 +225,12 @@ def test_deadman_holds_then_the_stall_policy_and_a_lost_session_returns_to_hold(
     assert loop is not None
     station = Station(client, leader, who="alice")
     station.open()
+    base = leader.read()  # before the stream starts: one reader of the leader's bus at a time
     stream = Streaming(station)
     try:
         station.key("t")
         wait_for(lambda: loop.mode == "teleop" and loop.teleop.phase == "tracking", what="tracking")
         joints = names(daemon)
-        base = leader.read()
         deadman0 = loop.counters["deadman_ticks"]
         stream.paused.set()  # the link dies while the operator keeps moving the leader
         stopped_at = time.monotonic()
@@ -258,6 +258,7 @@ def test_estop_from_the_station_latches(daemon: Daemon, leader: SimLeader, clien
     assert loop is not None
     station = Station(client, leader, who="alice")
     station.open()
+    moved = leader.read() + 8.0  # before the stream starts: one reader of the leader's bus at a time
     stream = Streaming(station)
     try:
         station.key("t")
@@ -266,7 +267,7 @@ def test_estop_from_the_station_latches(daemon: Daemon, leader: SimLeader, clien
         wait_for(lambda: loop.mode == "estopped", what="e-stop")
         n = len(follower(daemon)[0])
         joints = names(daemon)
-        leader.move_to(dict(zip(joints, leader.read() + 8.0, strict=True)))
+        leader.move_to(dict(zip(joints, moved, strict=True)))
         time.sleep(0.4)
         assert len(follower(daemon)[0]) == n  # targets keep coming; nothing reaches the servos
         assert station.status.estop.startswith("e-stop from the teleop station")
