@@ -138,7 +138,7 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         n_before = len(follower(daemon)[0])
         station.key("t")
         wait_for(lambda: loop.mode == "teleop", what="teleop")
-        wait_for(lambda: loop.teleop.phase == "tracking", timeout=5, what="hand-over done")
+        wait_for(lambda: loop.teleop.phase == "tracking", timeout=20, what="hand-over done")
         time.sleep(0.2)
         _, goals = follower(daemon)
         handover = goals[n_before:]
@@ -151,7 +151,7 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         # drive: the follower tracks the leader
         target = far + np.array([-5.0, 5.0, 0.0, 3.0, 0.0, 0.0])
         leader.move_to(dict(zip(joints, target, strict=True)))
-        wait_for(lambda: np.abs(follower(daemon)[1][-1] - target).max() < 2 * QUANTUM, what="tracking")
+        wait_for(lambda: np.abs(follower(daemon)[1][-1] - target).max() < 2 * QUANTUM, timeout=15, what="tracking")
 
         # hand back: the policy's first chunk comes from the present pose, no jump either
         n_back = len(follower(daemon)[0])
@@ -229,7 +229,7 @@ def test_deadman_holds_then_the_stall_policy_and_a_lost_session_returns_to_hold(
     stream = Streaming(station)
     try:
         station.key("t")
-        wait_for(lambda: loop.mode == "teleop" and loop.teleop.phase == "tracking", what="tracking")
+        wait_for(lambda: loop.mode == "teleop" and loop.teleop.phase == "tracking", timeout=15, what="tracking")
         joints = names(daemon)
         deadman0 = loop.counters["deadman_ticks"]
         stream.paused.set()  # the link dies while the operator keeps moving the leader
@@ -308,7 +308,11 @@ def test_a_leader_on_the_robots_own_computer(
             wait_for(lambda: d.loop is not None and d.loop.mode == "teleop" and d.loop.teleop.phase == "tracking")
             target = present(d) + np.array([6.0, 0.0, -6.0, 0.0, 0.0, 0.0])
             hand.move_to(dict(zip(names(d), target, strict=True)))
-            wait_for(lambda: np.abs(follower(d)[1][-1] - target).max() < 2 * QUANTUM, what="the follower following")
+            wait_for(
+                lambda: np.abs(follower(d)[1][-1] - target).max() < 2 * QUANTUM,
+                timeout=15,
+                what="the follower following",
+            )
     finally:
         d.shutdown()
         arm.simulator.stop()
