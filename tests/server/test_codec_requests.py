@@ -144,13 +144,13 @@ def test_the_four_kinds_decode() -> None:
             ("bad_request", "header.body: expected a map, got list", "body", "map", "list", 3),
         ),
         (
-            [pack({"v": 1, "id": 3, "kind": "teleop.move"})],
+            [pack({"v": 1, "id": 3, "kind": "session.move"})],
             (
                 "unsupported_kind",
-                f"kind 'teleop.move' is reserved for a later protocol version; this server answers {ANSWERS}",
+                f"kind 'session.move' is reserved for a later protocol version; this server answers {ANSWERS}",
                 "kind",
                 KINDS,
-                "'teleop.move'",
+                "'session.move'",
                 3,
             ),
         ),
