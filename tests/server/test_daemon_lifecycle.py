@@ -285,3 +285,24 @@ def test_run_exits_one_when_the_arm_is_not_released(engine: Engine, short_tmp: P
 
     notifier.notify = on_ready  # type: ignore[method-assign]
     assert daemon.run() == 1
+
+
+def test_a_failed_self_check_reaches_status_at_once_and_once(
+    engine: Engine, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from runtime.server.server import PolicyServer
+
+    daemon, notifier = make_settings_daemon(engine, short_tmp, tick_s=0.05, stats_log_interval_s=0)
+    try:
+        daemon.startup()
+        daemon.on_tick(time.monotonic())
+        assert not any("VERIFICATION FAILED" in x for f, _, _ in notifier.sent for x in f)
+        monkeypatch.setattr(PolicyServer, "verification_failure", property(lambda self: "max abs error 0.4"))
+        daemon.on_tick(time.monotonic())
+        daemon.on_tick(time.monotonic())
+        said = [x for f, _, _ in notifier.sent for x in f if "VERIFICATION FAILED" in x]
+        assert said == ["STATUS=VERIFICATION FAILED, serving no chunks until a reload: max abs error 0.4"]
+    finally:
+        daemon.shutdown()
