@@ -13,6 +13,8 @@ import os
 import time
 from collections.abc import Callable
 
+from runtime.engine.affinity import pin_current_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +61,7 @@ class Ticker:
 def pin_thread(cpu: int) -> bool:
     """Pin the calling thread to ``cpu``; False (logged) when that CPU is not available."""
     try:
-        os.sched_setaffinity(0, {cpu})
+        pin_current_thread([cpu])
     except OSError as e:
         log.warning("control loop: cannot pin to CPU %d (%s); running on %s", cpu, e, sorted(os.sched_getaffinity(0)))
         return False

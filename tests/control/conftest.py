@@ -8,6 +8,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,26 @@ def build_loop(
     streams.start()
     loop = ControlLoop(arm.bus, calibration, manifest, config, inference, streams)
     return loop, streams
+
+
+@contextmanager
+def running_daemon(config: Any) -> Iterator[Any]:
+    """The daemon in this process: started, fed camera frames, its main loop on a thread; shut down after."""
+    from runtime.daemon import Daemon
+    from runtime.sdnotify import SystemdNotifier
+
+    d = Daemon(config, notifier=SystemdNotifier(None))
+    d.startup()
+    assert d.streams is not None
+    wait_for(lambda: not d.streams.stale(time.monotonic()), what="camera frames at the daemon")
+    thread = threading.Thread(target=d.main_loop, daemon=True)
+    thread.start()
+    try:
+        yield d
+    finally:
+        d.should_exit = True
+        thread.join(5)
+        d.shutdown()
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:

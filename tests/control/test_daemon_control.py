@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from runtime.protocol.errors import ControlRefusedError, NoControlError
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.config import ServerConfig
 
-from .conftest import CALIBRATION, IMAGE, ROOT, Camera, wait_for
+from .conftest import CALIBRATION, IMAGE, ROOT, Camera, running_daemon, wait_for
 
 
 @pytest.fixture
@@ -43,16 +42,8 @@ def daemon(demo_bundle: Path, short_dir: Path, camera: Camera):
         ),
         daemon=DaemonSettings(tick_s=0.05, state_dir=str(short_dir / "state")),
     )
-    d = Daemon(config, notifier=SystemdNotifier(None))
-    d.startup()
-    assert d.streams is not None
-    wait_for(lambda: not d.streams.stale(time.monotonic()), what="camera frames at the daemon")
-    thread = threading.Thread(target=d.main_loop, daemon=True)
-    thread.start()
-    yield d
-    d.should_exit = True
-    thread.join(5)
-    d.shutdown()
+    with running_daemon(config) as d:
+        yield d
 
 
 def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: Daemon, short_dir: Path):

@@ -30,7 +30,7 @@ from runtime.teleop.config import TeleopConfig
 from runtime.teleop.leader import SimLeader
 from runtime.teleop.station import Station
 
-from .conftest import CALIBRATION, IMAGE, Camera, received_goals, wait_for
+from .conftest import CALIBRATION, IMAGE, Camera, received_goals, running_daemon, wait_for
 
 RATE_HZ = 30.0
 HANDOVER_DEG_S = 30.0
@@ -57,16 +57,8 @@ def daemon(demo_bundle: Path, short_dir: Path, camera: Camera) -> Iterator[Daemo
         recording=RecordingConfig(dataset_dir=str(short_dir / "data")),
         daemon=DaemonSettings(tick_s=0.05, state_dir=str(short_dir / "state")),
     )
-    d = Daemon(config, notifier=SystemdNotifier(None))
-    d.startup()
-    assert d.streams is not None
-    wait_for(lambda: not d.streams.stale(time.monotonic()), what="camera frames at the daemon")
-    thread = threading.Thread(target=d.main_loop, daemon=True)
-    thread.start()
-    yield d
-    d.should_exit = True
-    thread.join(5)
-    d.shutdown()
+    with running_daemon(config) as d:
+        yield d
 
 
 @pytest.fixture
