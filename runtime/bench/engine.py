@@ -171,7 +171,7 @@ def run_engine_bench(
                     report=report,
                 )
                 engines.append(engine)
-                ran = f"int8 (rest {engine.info.precision})" if precision == "int8" else engine.info.precision
+                ran = f"{engine.info.precision} (arithmetic {engine.info.arithmetic})"
                 candidates.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
 
         for _, fn, _ in candidates:  # warm every candidate once more after all are loaded

@@ -206,6 +206,48 @@ def _unbatched(model: Any) -> Any:
     return Unbatched(model).eval()
 
 
+_TORCH_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def at_precision(model: Any, precision: str) -> Any:
+    """``model`` computing at ``precision`` (bf16 or f16), with the same float32 inputs and outputs.
+
+    Traced under ``torch.autocast``: matrix products and convolutions take their weights and inputs
+    cast to ``precision`` and what follows them runs at it, while the ops autocast keeps in float32
+    (softmax, norms, reductions) stay there, as a device's own low-precision mode does. The casts are
+    ops of the graph, so the lowered program carries its precision whatever the engine passes at load
+    (ExecuTorch's OpenVINO backend passes nothing). On a device without native arithmetic of that
+    type, OpenVINO widens the values and computes in f32: the rounding of the casts stays.
+    """
+    torch = _torch()
+    dtype = getattr(torch, _TORCH_DTYPE[precision])
+
+    class AtPrecision(torch.nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            with torch.autocast("cpu", dtype=dtype):
+                out = self.inner(*inputs)
+            return torch.utils._pytree.tree_map(
+                lambda v: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v, out
+            )
+
+    wrapper = AtPrecision(model)
+    wrapper.training = False  # not .eval(): a module unlifted from a saved export refuses train()
+    return wrapper
+
+
+def export_for_lowering(model: Any, example: tuple[Any, ...], precision: str) -> Any:
+    """The ExportedProgram to lower for ``precision``: ``model`` itself for f32, else cast (see at_precision)."""
+    torch = _torch()
+    if precision in _TORCH_DTYPE:
+        model = at_precision(model, precision)
+    with torch.no_grad():
+        return torch.export.export(model, example)
+
+
 def _strip_batch(example: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Checks that every input and output carries a leading batch of 1, and returns them without it."""
     for kind, tensors in (("input", example), ("output", reference)):
@@ -398,6 +440,11 @@ def export_bundle(
             portable = buf.getvalue()
             (stage / PORTABLE_FILE).write_bytes(portable)
         with step(3, total, f"lowering to OpenVINO for {device} ({precision})"):
+            if precision in _TORCH_DTYPE:
+                try:
+                    exported = export_for_lowering(model, tuple(example.values()), precision)
+                except Exception as e:
+                    raise ExportError(f"torch.export at {precision} failed: {type(e).__name__}: {e}") from e
             data = lower_program(exported, device, input_names=tuple(example), output_names=tuple(reference))
             file = f"program_{device.lower()}.pte"
             (stage / file).write_bytes(data)
@@ -441,9 +488,20 @@ def lower_bundle(path: str | Path, device: str, *, precision: str | None = None)
     if m.portable_program is None:
         raise ExportError(f"{path}: the bundle has no portable_program (.pt2) to lower from; re-export it")
     check_device_present(device)
+    any_precision = next(iter(m.programs.values())).precision if m.programs else "f32"
+    at = precision or any_precision
     with step(1, 2, f"loading {m.portable_program.file}"):
         exported = torch.export.load(str(bundle.path / m.portable_program.file))
-    with step(2, 2, f"lowering to OpenVINO for {device}"):
+        if at in _TORCH_DTYPE:
+            # the portable program is float32 (an int8 bundle's is already quantised): cast it to the
+            # precision the program carries
+            case = bundle.test_case()
+            example = tuple(torch.from_numpy(case.inputs[s.name]) for s in m.inputs)
+            try:
+                exported = export_for_lowering(exported.module(), example, at)
+            except Exception as e:
+                raise ExportError(f"torch.export at {at} failed: {type(e).__name__}: {e}") from e
+    with step(2, 2, f"lowering to OpenVINO for {device} ({at})"):
         data = lower_program(
             exported,
             device,
@@ -452,8 +510,7 @@ def lower_bundle(path: str | Path, device: str, *, precision: str | None = None)
         )
     file = f"program_{device.lower()}.pte"
     (bundle.path / file).write_bytes(data)
-    any_precision = next(iter(m.programs.values())).precision if m.programs else "f32"
-    entry = _program_entry(data, device, file, precision or any_precision)
+    entry = _program_entry(data, device, file, at)
     programs = dict(m.programs)
     programs[device] = entry
     replace(m, programs=programs).write(bundle.path)

@@ -285,7 +285,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         lat = result["latency_ms"]
         print(
             f"{result['bundle']}: policy {result['policy']} on {result['device']} via {result['engine']} "
-            f"({result['precision']}, {result['threads']} threads on CPUs {result['cpus']})\n"
+            f"({result['precision']}: program {result['program_precision']}, arithmetic {result['arithmetic']}; "
+            f"{result['threads']} threads on CPUs {result['cpus']})\n"
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
             f"in {p.get('units', 'absolute')} units "
             f"(tolerance {p['tolerance']:.3g}, {p['runs']} replays)\n"

@@ -27,12 +27,15 @@ class EngineInfo:
 
     engine: EngineName
     device: str
-    precision: str  # f32 | f16 | bf16, as the device reports it
+    # the precision the outputs carry: the lower of the program's own (bf16/f16 compiled into the
+    # graph, int8 quantised) and the device's arithmetic (see runtime.engine.precision)
+    precision: str
     threads: int
     cpus: tuple[int, ...]  # the CPU set inference runs on
     bundle: str
     program: str
     openvino_version: str
+    arithmetic: str = ""  # what the device's matrix products and convolutions ran at, from its execution graph
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -1,9 +1,10 @@
 """The ExecuTorch engine: the ExecuTorch runtime with its OpenVINO delegate.
 
 Runs any program, including ones with ops left on ExecuTorch's portable kernels. ExecuTorch 1.5.1
-imports the delegate blob with no OpenVINO properties, so precision and threads are whatever the
-plugin chooses; the thread count follows the loading thread's CPU affinity. Both are read back by
-importing the same blob the way the backend does.
+imports the delegate blob with no OpenVINO properties, so the device's arithmetic precision and the
+thread count are whatever the plugin chooses (the thread count follows the loading thread's CPU
+affinity). A program lowered for bf16 or f16 carries that precision in its graph, so it runs at it
+here too. Both are read back by importing the same blob the way the backend does.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from runtime.bundle.manifest import Manifest
 from runtime.bundle.pte import MethodInfo
 from runtime.engine import ovlib
 from runtime.engine.base import Engine, EngineInfo
-from runtime.engine.openvino_engine import import_blob, ov_precision_name
+from runtime.engine.openvino_engine import import_blob
 from runtime.engine.poison import poison, unwritten, unwritten_message
+from runtime.engine.precision import executed_precision, lower_of
 from runtime.errors import BundleError, InferenceError, MissingDependencyError
 from runtime.log import one_line
 
@@ -65,7 +67,11 @@ class ExecuTorchEngine(Engine):
         program: str,
         requested_precision: str | None,
         cpus: list[int],
+        program_precision: str = "f32",
     ) -> None:
+        """``requested_precision``: a precision asked for at load, which this engine cannot apply
+        (said in the log when the device runs another); ``program_precision``: what the program was
+        lowered at, which it carries in its graph."""
         import openvino as ov
 
         torch, Runtime, Verification = _import_runtime()
@@ -94,15 +100,34 @@ class ExecuTorchEngine(Engine):
         self._native = self._method._method
         self._output_views = [t.numpy() for t in self._native.get_outputs(clone_outputs=False)]
 
-        precision, threads = self._read_back(ov, method, device)
-        if requested_precision and requested_precision not in (precision, "int8"):
+        arithmetic, threads = self._read_back(ov, method, device)
+        if requested_precision and requested_precision != program_precision and requested_precision != arithmetic:
             log.warning(
                 "engine executorch cannot apply INFERENCE_PRECISION_HINT=%s: ExecuTorch's OpenVINO backend "
-                "passes no properties at load, so %s runs at the plugin default %s; use --engine openvino "
-                "to apply the hint",
+                "passes no properties at load, so %s computes at %s; lower the bundle for that precision "
+                "(lerobot-runtime lower BUNDLE --precision %s) or use --engine openvino",
                 requested_precision,
                 device,
-                precision,
+                arithmetic,
+                requested_precision,
+            )
+        elif lower_of(arithmetic, program_precision) != program_precision and program_precision != "int8":
+            log.warning(
+                "%s computes this %s program at %s (the plugin's default, which ExecuTorch's OpenVINO backend "
+                "cannot change): the parity gate holds it to the %s tolerance; --engine openvino runs it at %s",
+                device,
+                program_precision,
+                arithmetic,
+                arithmetic,
+                program_precision,
+            )
+        elif arithmetic != program_precision and program_precision in ("bf16", "f16"):
+            log.info(
+                "%s has no native %s arithmetic: the program's %s weights and activations are computed in %s",
+                device,
+                program_precision,
+                program_precision,
+                arithmetic,
             )
         if device == "CPU" and threads > len(cpus):
             log.warning(
@@ -115,7 +140,8 @@ class ExecuTorchEngine(Engine):
         info = EngineInfo(
             engine="executorch",
             device=device,
-            precision=precision,
+            precision=lower_of(program_precision, arithmetic),
+            arithmetic=arithmetic,
             threads=threads,
             cpus=tuple(cpus),
             bundle=bundle,
@@ -126,12 +152,13 @@ class ExecuTorchEngine(Engine):
 
     @staticmethod
     def _read_back(ov: Any, method: MethodInfo, device: str) -> tuple[str, int]:
-        """Precision and threads the backend really runs with: import the blob as it does, no properties."""
+        """Arithmetic precision and threads the backend really runs with: import the blob as it does,
+        with no properties, and read OpenVINO's execution graph."""
         blobs = [d for d in method.delegates if d.backend_id == "OpenvinoBackend"]
         if not blobs:
             return "f32", 0  # nothing delegated: portable kernels, single-threaded float32
         compiled, blob = import_blob(ov.Core(), blobs[0].payload, device, {})
-        precision = ov_precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        precision = executed_precision(compiled)
         threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) if device == "CPU" else 0
         del compiled, blob
         return precision, threads

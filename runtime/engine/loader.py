@@ -114,6 +114,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             cpus=cpus,
             cache_dir=effective_cache_dir(config),
             compiled_by=entry.openvino_version,
+            program_precision=entry.precision,
         )
     else:
         from runtime.engine.executorch_engine import ExecuTorchEngine
@@ -127,8 +128,9 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             device=device,
             bundle=str(path),
             program=entry.file,
-            requested_precision=precision,
+            requested_precision=None if config.precision == "auto" else config.precision,
             cpus=cpus,
+            program_precision=entry.precision,
         )
     # the buffer stays only as long as an engine needs it (the openvino engine holds its blob)
     del data, method

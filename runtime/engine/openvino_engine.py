@@ -16,23 +16,11 @@ from runtime.bundle.manifest import Manifest
 from runtime.bundle.pte import OPENVINO_BACKEND_ID, MethodInfo
 from runtime.engine.base import Engine, EngineInfo
 from runtime.engine.poison import poison, unwritten, unwritten_message
+from runtime.engine.precision import OV_HINT, executed_precision, lower_of
 from runtime.errors import BundleError, InferenceError
 from runtime.log import one_line
 
 log = logging.getLogger(__name__)
-
-# int8 programs carry their quantisation in the graph; what is left unquantised runs in f32, as the
-# accuracy gate measured it
-_OV_PRECISION = {"f32": "f32", "f16": "f16", "bf16": "bf16", "int8": "f32"}
-
-
-def ov_precision_name(value: Any) -> str:
-    """OpenVINO element type (``<Type: 'float32'>``, ``bf16``...) -> f32 | f16 | bf16."""
-    text = str(getattr(value, "get_type_name", lambda: value)()).lower()
-    for key, name in (("bf16", "bf16"), ("f16", "f16"), ("float16", "f16"), ("f32", "f32"), ("float32", "f32")):
-        if key in text:
-            return name
-    return text
 
 
 def import_blob(core: Any, payload: bytes | memoryview, device: str, props: dict[str, Any]) -> tuple[Any, Any]:
@@ -78,8 +66,11 @@ class OpenVINOEngine(Engine):
         cpus: list[int],
         cache_dir: str = "",
         compiled_by: str = "",
+        program_precision: str = "f32",
     ) -> None:
-        """``compiled_by``: the OpenVINO version the manifest says compiled the blob ("" if unknown)."""
+        """``precision``: the INFERENCE_PRECISION_HINT to apply (None: the plugin's default);
+        ``program_precision``: what the program was lowered at; ``compiled_by``: the OpenVINO version
+        the manifest says compiled the blob ("" if unknown)."""
         import openvino as ov
 
         refusal = direct_engine_refusal(method)
@@ -90,7 +81,7 @@ class OpenVINOEngine(Engine):
             raise BundleError(f"{bundle}/{program}: the delegate was compiled for {blob_device}, not {device}")
         props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
         if precision:
-            props["INFERENCE_PRECISION_HINT"] = _OV_PRECISION[precision]
+            props["INFERENCE_PRECISION_HINT"] = OV_HINT[precision]
         if device == "CPU":
             props["INFERENCE_NUM_THREADS"] = threads
             # Off on purpose: with it on, OpenVINO moves the calling thread to cores of its own choosing
@@ -124,10 +115,12 @@ class OpenVINOEngine(Engine):
         self._request = compiled.create_infer_request()
         self._output_names = [o.name for o in manifest.outputs]
         threads_back = int(compiled.get_property("INFERENCE_NUM_THREADS")) if device == "CPU" else 0
+        arithmetic = executed_precision(compiled)
         info = EngineInfo(
             engine="openvino",
             device=device,
-            precision=ov_precision_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
+            precision=lower_of(program_precision, arithmetic),
+            arithmetic=arithmetic,
             threads=threads_back,
             cpus=tuple(cpus),
             bundle=bundle,

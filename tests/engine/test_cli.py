@@ -106,6 +106,9 @@ def test_lower_adds_a_program_from_the_portable_export(tiny_bundle: Path, tmp_pa
     assert m.programs["CPU"].sha256 == sha256_file(copy / m.programs["CPU"].file)
     code, result = _check(str(copy))
     assert code == 0 and isinstance(result["parity"], dict) and result["parity"]["ok"]
+    # the program carries bf16 whatever the CPU: check reports it, and the arithmetic the CPU ran
+    assert result["precision"] == "bf16" and result["program_precision"] == "bf16"
+    assert result["arithmetic"] in ("f32", "bf16")
 
 
 def test_export_for_an_absent_device_names_the_present_ones(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

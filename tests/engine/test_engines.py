@@ -93,11 +93,23 @@ def test_executorch_engine_says_when_it_cannot_apply_the_precision(
     import openvino as ov
 
     caplog.set_level(logging.WARNING)
-    engine, _ = _load(demo_bundle, engine="executorch", precision="f32")
+    engine, _ = _load(demo_bundle, engine="executorch", precision="auto")
     default = "bf16" if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES") else "f32"
-    assert engine.info.precision == default
+    assert (engine.info.precision, engine.info.arithmetic) == (default, default)
     if default != "f32":
-        assert "cannot apply INFERENCE_PRECISION_HINT=f32" in caplog.text
+        assert "computes this f32 program at bf16" in caplog.text
+    else:
+        assert "cannot apply" not in caplog.text and "computes this" not in caplog.text
+    # a hint asked for at load cannot reach the program: said, with what to do instead
+    caplog.clear()
+    other = "f32" if default == "bf16" else "bf16"
+    engine, _ = _load(demo_bundle, engine="executorch", precision=other)
+    assert engine.info.arithmetic == default
+    assert (
+        f"engine executorch cannot apply INFERENCE_PRECISION_HINT={other}: ExecuTorch's OpenVINO backend passes "
+        f"no properties at load, so CPU computes at {default}; lower the bundle for that precision "
+        f"(lerobot-runtime lower BUNDLE --precision {other}) or use --engine openvino"
+    ) in caplog.text
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to keep one for the control loop")
