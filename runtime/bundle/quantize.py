@@ -27,9 +27,10 @@ from typing import Any, Final
 import numpy as np
 
 from runtime.bundle.bundle import Bundle, sha256_bytes
-from runtime.bundle.manifest import FileEntry, Manifest, TestCaseEntry
+from runtime.bundle.manifest import FileEntry, Manifest, TensorSpec, TestCaseEntry
 from runtime.engine.validate import validate_inputs
-from runtime.errors import ExportError, InputValidationError, ParityError
+from runtime.errors import ExportError, InputValidationError, ParityError, RecordingError
+from runtime.recording.layout import INFO_PATH
 
 log = logging.getLogger(__name__)
 
@@ -37,38 +38,122 @@ log = logging.getLogger(__name__)
 # no joint target of any step may move by more than 0.2 std of that joint's motion in the training data.
 DEFAULT_MAX_ERROR: Final = 0.2
 MIN_OBSERVATIONS: Final = 4
+DEFAULT_DATASET_FRAMES: Final = 256  # frames sampled from a LeRobot dataset to calibrate and hold out
 
 
-def load_observations(source: str | Path, manifest: Manifest) -> list[dict[str, np.ndarray]]:
-    """A directory of ``.npz`` files, one observation each, arrays named as the bundle's inputs.
+def load_observations(
+    source: str | Path, manifest: Manifest, *, max_frames: int = DEFAULT_DATASET_FRAMES
+) -> list[dict[str, np.ndarray]]:
+    """Observations to calibrate on and hold out, validated against the bundle's inputs.
 
-    ``input/<name>`` keys (the test case's layout) are accepted too. An input that the recording
-    lacks but the program draws itself (Diffusion Policy's ``noise``) is filled with seeded noise.
-    Every observation is validated against the bundle's inputs; an error names the file and input.
+    ``source`` is either a LeRobot dataset (v3.0: ``meta/info.json``, parquet tables and videos, as
+    LeRobot or ``lerobot-runtime record`` write it), sampled evenly over all its episodes up to
+    ``max_frames`` frames, or a directory of ``.npz`` files, one observation each, arrays named as the
+    bundle's inputs (``input/<name>``, the test case's layout, is accepted too). An input that the
+    recording lacks but the server fills itself (Diffusion Policy's ``noise``) is filled with seeded
+    noise. An error names the file or frame and the input.
     """
     root = Path(source)
-    if not root.is_dir():
-        raise ExportError(f"--calibration: {root} is not a directory of recorded observations (.npz files)")
-    files = sorted(root.glob("*.npz"))
-    if len(files) < MIN_OBSERVATIONS:
+    if (root / INFO_PATH).is_file():
+        found, kind = _dataset_observations(root, manifest, max_frames), "sampled dataset"
+    elif root.is_dir():
+        found, kind = _npz_observations(root), ".npz"
+    else:
         raise ExportError(
-            f"--calibration: {root} holds {len(files)} .npz observation(s); at least {MIN_OBSERVATIONS} are needed "
+            f"--calibration: {root} is neither a LeRobot dataset (no {INFO_PATH}) nor a directory of recorded "
+            "observations (.npz files)"
+        )
+    if len(found) < MIN_OBSERVATIONS:
+        raise ExportError(
+            f"--calibration: {root} holds {len(found)} {kind} observation(s); at least {MIN_OBSERVATIONS} are needed "
             "(some calibrate, the rest are held out for the accuracy gate); a few hundred from real runs is right"
         )
     rng = np.random.default_rng(0)
     out = []
-    for f in files:
-        with np.load(f, allow_pickle=False) as npz:
-            arrays = {k.removeprefix("input/"): npz[k] for k in npz.files if not k.startswith("output/")}
+    for where, arrays in found:
         for spec in manifest.inputs:
             if spec.name not in arrays and spec.name == "noise":
                 arrays[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
         try:
             ordered = validate_inputs(manifest.inputs, arrays)
         except InputValidationError as e:
-            raise ExportError(f"--calibration: {f}: {e}") from e
+            raise ExportError(f"--calibration: {where}: {e}") from e
         out.append({spec.name: a for spec, a in zip(manifest.inputs, ordered, strict=True)})
     return out
+
+
+def _npz_observations(root: Path) -> list[tuple[str, dict[str, np.ndarray]]]:
+    found = []
+    for f in sorted(root.glob("*.npz")):
+        with np.load(f, allow_pickle=False) as npz:
+            found.append((str(f), {k.removeprefix("input/"): npz[k] for k in npz.files if not k.startswith("output/")}))
+    return found
+
+
+def _dataset_observations(root: Path, manifest: Manifest, max_frames: int) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """Every ``stride``-th frame of every episode, spread so that about ``max_frames`` are taken.
+
+    A bundle input with one more leading axis than the dataset's feature (a policy that looks at
+    ``n_obs_steps`` observations) gets that many frames up to the sampled one, the first repeated at
+    an episode's start as LeRobot's observation queue does.
+    """
+    from runtime.recording.reader import DatasetReader
+
+    if max_frames < MIN_OBSERVATIONS:
+        raise ExportError(f"--calibration-frames: expected at least {MIN_OBSERVATIONS}, got {max_frames}")
+    try:
+        reader = DatasetReader(root)
+    except (RecordingError, KeyError, ValueError) as e:
+        raise ExportError(f"--calibration: {root}: not a readable LeRobot dataset: {e}") from e
+    total = int(reader.info.get("total_frames", 0))
+    stride = max(1, -(-total // max_frames))
+    wanted = {s.name: s for s in manifest.inputs}
+    history = max(
+        (
+            s.shape[0]
+            for s in manifest.inputs
+            if len(s.shape) == len(reader.features.get(s.name, {}).get("shape", s.shape)) + 1
+        ),
+        default=1,
+    )
+    found: list[tuple[str, dict[str, np.ndarray]]] = []
+    for index in range(reader.num_episodes):
+        length = int(reader.episode(index, images=False).length)
+        picks = list(range(0, length, stride))[: max_frames - len(found)]
+        if not picks:
+            break
+        history = max(
+            (s.shape[0] for s in manifest.inputs if s.role in ("image", "state") and len(s.shape) in (2, 4)), default=1
+        )
+        keep = sorted({max(0, j - k) for j in picks for k in range(history)})
+        try:
+            episode = reader.episode(index, keep=keep)
+        except (RecordingError, ValueError, OSError) as e:
+            raise ExportError(f"--calibration: {root}: episode {index}: {e}") from e
+        slot = {j: i for i, j in enumerate(keep)}
+        for j in picks:
+            arrays: dict[str, np.ndarray] = {}
+            for name, column in episode.columns.items():
+                if name in wanted:
+                    arrays[name] = _with_history(column, j, j, wanted[name])
+            for name, frames in episode.images.items():
+                if name in wanted:
+                    arrays[name] = _with_history(frames, slot[j], j, wanted[name], slot)
+            found.append((f"{root} episode {episode.index} frame {j}", arrays))
+    return found
+
+
+def _with_history(
+    values: np.ndarray, at: int, frame: int, spec: TensorSpec, slot: Mapping[int, int] | None = None
+) -> np.ndarray:
+    """``values[at]``, or for an input with a history axis the ``spec.shape[0]`` frames ending there."""
+    one = np.array(values[at])  # a copy: table columns are read-only views, torch wants writable arrays
+    if len(spec.shape) != one.ndim + 1:
+        return one
+    n = spec.shape[0]
+    frames = [max(0, frame - n + 1 + k) for k in range(n)]
+    rows = [slot[f] if slot is not None else f for f in frames]
+    return np.stack([np.asarray(values[r]) for r in rows])
 
 
 def action_error(got: np.ndarray, ref: np.ndarray, scale: tuple[float, ...] | None) -> np.ndarray:
@@ -83,6 +168,7 @@ def quantize_bundle(
     *,
     max_error: float = DEFAULT_MAX_ERROR,
     held_out_fraction: float = 0.25,
+    calibration_frames: int = DEFAULT_DATASET_FRAMES,
 ) -> Bundle:
     """Write an INT8 copy of the bundle at ``out``, or refuse it (nothing written) when the gate fails."""
     from runtime.bundle.export import (
@@ -113,7 +199,7 @@ def quantize_bundle(
     if "CPU" not in m.programs or m.programs["CPU"].precision != "f32":
         have = {d: p.precision for d, p in m.programs.items()}
         raise ExportError(f"{bundle_path}: quantising starts from an f32 CPU program; the bundle has {have}")
-    observations = load_observations(calibration, m)
+    observations = load_observations(calibration, m, max_frames=calibration_frames)
     n_held = max(1, round(len(observations) * held_out_fraction))
     calib, held = observations[:-n_held], observations[-n_held:]
     case = src.test_case()

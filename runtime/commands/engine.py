@@ -107,7 +107,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--calibration",
         required=True,
         metavar="DIR",
-        help="recorded observations: a directory of .npz files, one observation each, arrays named as the inputs",
+        help="recorded observations: a LeRobot dataset (v3.0, a local directory), or a directory of .npz files, "
+        "one observation each, arrays named as the inputs",
+    )
+    p.add_argument(
+        "--calibration-frames",
+        type=int,
+        default=256,
+        metavar="N",
+        help="frames sampled evenly from a LeRobot dataset (default 256)",
     )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument(
@@ -208,6 +216,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         args.out,
         max_error=DEFAULT_MAX_ERROR if args.max_error is None else args.max_error,
         held_out_fraction=args.held_out,
+        calibration_frames=args.calibration_frames,
     )
     print(f"{bundle.path}\n  {gate_summary(bundle.manifest.quantization)}")
     return 0

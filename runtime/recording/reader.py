@@ -17,7 +17,7 @@ Only pyarrow and PyAV are needed (no LeRobot, no torch).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,11 @@ class DatasetReader:
     def camera_keys(self) -> list[str]:
         return [k for k, ft in self.features.items() if ft["dtype"] == "video"]
 
-    def episode(self, index: int, *, images: bool = True) -> Episode:
+    def episode(self, index: int, *, images: bool = True, keep: Sequence[int] | None = None) -> Episode:
+        """Episode ``index``: its table columns, and its camera frames unless ``images`` is False.
+
+        ``keep``: only these frame numbers of each camera (ascending), in that order; the columns
+        stay whole."""
         if not 0 <= index < len(self._episodes):
             raise RecordingError(f"episode {index}: the dataset has episodes 0..{len(self._episodes) - 1}")
         meta = self._episodes[index]
@@ -99,7 +103,7 @@ class DatasetReader:
                     self.root, key, meta[f"videos/{key}/chunk_index"], meta[f"videos/{key}/file_index"]
                 )
                 frames[key] = decode_frames(
-                    video, float(meta[f"videos/{key}/from_timestamp"]), int(meta["length"]), self.fps
+                    video, float(meta[f"videos/{key}/from_timestamp"]), int(meta["length"]), self.fps, keep
                 )
         return Episode(int(meta["episode_index"]), list(meta["tasks"]), int(meta["length"]), columns, frames)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -197,12 +198,22 @@ def video_info(path: Path) -> dict[str, Any]:
     return info
 
 
-def decode_frames(path: Path, start_s: float, count: int, fps: int) -> npt.NDArray[np.uint8]:
-    """``count`` RGB frames (count, H, W, 3) at ``start_s + k / fps``, decoded from ``path``."""
+def decode_frames(
+    path: Path, start_s: float, count: int, fps: int, keep: Sequence[int] | None = None
+) -> npt.NDArray[np.uint8]:
+    """``count`` RGB frames (count, H, W, 3) at ``start_s + k / fps``, decoded from ``path``.
+
+    ``keep``: only these frame numbers (0 .. count-1, ascending), in that order; the others are
+    decoded and dropped, so a sample of a long episode does not hold the whole episode in memory.
+    """
     av = _av()
     want = [start_s + k / fps for k in range(count)]
+    slots = {k: i for i, k in enumerate(keep)} if keep is not None else {k: k for k in range(count)}
+    if any(not 0 <= k < count for k in slots):
+        raise ValueError(f"{path}: frames to keep must lie in 0..{count - 1}, got {sorted(slots)}")
     out: npt.NDArray[np.uint8] | None = None
     half_frame = 0.5 / fps
+    last = max(slots, default=-1)
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         # seek lands on the key frame at or before the first wanted frame
@@ -212,15 +223,16 @@ def decode_frames(path: Path, start_s: float, count: int, fps: int) -> npt.NDArr
             t = float(frame.pts * frame.time_base)
             if t < want[0] - half_frame:
                 continue
-            if got >= count:
+            if got >= count or got > last:
                 break
             if abs(t - want[got]) > half_frame:
                 raise ValueError(f"{path}: frame at {t:.4f} s where {want[got]:.4f} s was expected")
-            image = frame.to_ndarray(format="rgb24")
-            if out is None:
-                out = np.empty((count, *image.shape), dtype=np.uint8)
-            out[got] = image
+            if got in slots:
+                image = frame.to_ndarray(format="rgb24")
+                if out is None:
+                    out = np.empty((len(slots), *image.shape), dtype=np.uint8)
+                out[slots[got]] = image
             got += 1
-    if got != count or out is None:
-        raise ValueError(f"{path}: found {got} frames from {start_s:.4f} s, expected {count}")
+    if got != last + 1 or out is None:
+        raise ValueError(f"{path}: found {got} frames from {start_s:.4f} s, expected {last + 1}")
     return out
