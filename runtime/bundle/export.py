@@ -242,10 +242,49 @@ def at_precision(model: Any, precision: str) -> Any:
 def export_for_lowering(model: Any, example: tuple[Any, ...], precision: str) -> Any:
     """The ExportedProgram to lower for ``precision``: ``model`` itself for f32, else cast (see at_precision)."""
     torch = _torch()
-    if precision in _TORCH_DTYPE:
-        model = at_precision(model, precision)
+    if precision not in _TORCH_DTYPE:
+        with torch.no_grad():
+            return torch.export.export(model, example)
     with torch.no_grad():
-        return torch.export.export(model, example)
+        exported = torch.export.export(at_precision(model, precision), example).run_decompositions({})
+    _unify_operand_dtypes(exported.graph_module)
+    return exported
+
+
+def _unify_operand_dtypes(gm: Any) -> None:
+    """Cast the float operands of an op to its result's dtype where autocast left them mixed.
+
+    Autocast keeps some weights float32 beside low-precision activations (``layer_norm`` takes a bf16
+    input with float32 weight and bias and returns bf16); PyTorch's kernels accept that, ExecuTorch's
+    edge dialect does not. The cast is what the kernel does anyway: it computes in the input's dtype.
+    """
+    torch = _torch()
+    graph = gm.graph
+    floats = {torch.float32, torch.float16, torch.bfloat16, torch.float64}
+
+    def dtype_of(x: Any) -> Any:
+        val = x.meta.get("val") if hasattr(x, "meta") else None
+        return val.dtype if isinstance(val, torch.Tensor) else None
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is torch.ops.aten._to_copy.default:
+            continue
+        out = node.meta.get("val")
+        out = out[0] if isinstance(out, (tuple, list)) and out else out
+        if not isinstance(out, torch.Tensor) or out.dtype not in floats:
+            continue
+        operands = [a for a in node.all_input_nodes if dtype_of(a) in floats]
+        if len({dtype_of(a) for a in operands}) < 2:
+            continue
+        for arg in operands:
+            if dtype_of(arg) == out.dtype:
+                continue
+            with graph.inserting_before(node):
+                cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": out.dtype})
+            cast.meta["val"] = arg.meta["val"].to(out.dtype)
+            node.replace_input_with(arg, cast)
+    graph.lint()
+    gm.recompile()
 
 
 def _strip_batch(example: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

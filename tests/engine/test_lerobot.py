@@ -133,3 +133,35 @@ def test_relative_tolerance_refuses_a_real_error(act_bundle: Path, tmp_path: Pat
         _load(b, "openvino")
     assert "max abs error 0.001 in units of action std" in str(err.value)
     assert "at [5, 2]" in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def act_bundle_bf16(act_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from runtime.cli import main
+
+    out = tmp_path_factory.mktemp("bundles") / "act_bf16"
+    before = os.sched_getaffinity(0)
+    args = ["export", "--lerobot", str(act_checkpoint), "--out", str(out), "--precision", "bf16"]
+    status = main([*args, "--action-names", ",".join(JOINTS)])
+    os.sched_setaffinity(0, before)
+    assert status == 0
+    return out
+
+
+@pytest.mark.parametrize("engine", ["openvino", "executorch"])
+def test_bf16_chunk_matches_lerobot_within_the_bf16_bound(
+    act_checkpoint: Path, act_bundle_bf16: Path, engine: str
+) -> None:
+    loaded, report = _load(act_bundle_bf16, engine)
+    try:
+        m = json.loads((act_bundle_bf16 / "manifest.json").read_text())
+        bound = m["test_case"]["tolerance"]["bf16"]
+        assert loaded.info.precision == "bf16" and report.parity.ok and report.parity.tolerance == bound
+        scale = np.asarray(m["test_case"]["scale"]["action"])
+        for seed in (1, 2):
+            obs = _observation(seed)
+            err = np.abs(loaded.infer(obs)["action"] - lerobot_chunk(act_checkpoint, obs)) / scale
+            # bf16 is in the program (an f32 one stays under 2e-5), and within its bound
+            assert 2e-5 < err.max() < bound, f"normalised error {err.max():.3g}"
+    finally:
+        loaded.close()

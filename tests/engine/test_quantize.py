@@ -91,3 +91,23 @@ def test_calibration_source_is_checked(act_bundle: Path, tmp_path: Path) -> None
     with pytest.raises(ExportError) as err:
         load_observations(bad, m)
     assert "obs_0001.npz" in str(err.value) and "observation.state" in str(err.value)
+
+
+def test_int8_chunk_matches_lerobot_within_its_gate_bound(act_checkpoint: Path, int8_bundle: Path) -> None:
+    from runtime.engine.config import EngineConfig
+    from runtime.engine.loader import load_engine
+    from tests.engine.test_lerobot import _observation, lerobot_chunk
+
+    before = os.sched_getaffinity(0)
+    engine = load_engine(EngineConfig(bundle=str(int8_bundle), engine="executorch", warmup_runs=0))
+    os.sched_setaffinity(0, before)
+    m = json.loads((int8_bundle / "manifest.json").read_text())
+    scale = np.asarray(m["test_case"]["scale"]["action"])
+    try:
+        for seed in (1, 2):
+            obs = _observation(seed)
+            err = np.abs(engine.infer(obs)["action"] - lerobot_chunk(act_checkpoint, obs)) / scale
+            assert err.max() <= m["test_case"]["tolerance"]["int8"], f"normalised error {err.max():.3g}"
+            assert err.max() > 2e-5  # INT8 really runs: an f32 program stays under 2e-5
+    finally:
+        engine.close()
