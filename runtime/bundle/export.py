@@ -467,6 +467,10 @@ def export_bundle(
 
     with staged_directory(out_dir) as stage:
         with step(2, total, "exporting with torch.export"):
+            # after the eager run, so the test case's reference comes from the model as written
+            from runtime.bundle.group_norm import replace_group_norm
+
+            replace_group_norm(model)
             try:
                 # under no_grad, a policy's own @torch.no_grad (LeRobot's predict_action_chunk) changes
                 # nothing and leaves no grad-mode submodule in the graph, which the quantizer cannot read

@@ -371,13 +371,6 @@ def export_lerobot(
     """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
     from runtime.bundle.export import export_bundle
 
-    if read_checkpoint(checkpoint).policy_type == "diffusion":
-        # The graph is right (tests compare it with LeRobot's own sampling), but lowering it crashes
-        # OpenVINO 2025.4.1's CPU compiler (a segmentation fault in compile_model): refuse rather than crash.
-        raise ExportError(
-            "Diffusion Policy: the inference graph is built (noise as an input, n_obs_steps frames of history) "
-            "but OpenVINO 2025.4.1's CPU compiler crashes lowering it; exporting it is not supported yet"
-        )
     factory, kwargs = lerobot_export_plan(
         checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name
     )
