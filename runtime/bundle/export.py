@@ -382,6 +382,8 @@ def export_bundle(
     source: Mapping[str, Any] | None = None,
     description: str = "",
     model_batch: int = 0,
+    noise_inputs: tuple[str, ...] = (),
+    observation_history: int = 1,
 ) -> Bundle:
     """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
 
@@ -389,6 +391,8 @@ def export_bundle(
     returns unbatched tensors (``model_batch: 1`` in the manifest). Shapes, dtypes and roles are
     checked right after the eager run, before the slow steps; nothing is left at ``out`` on failure.
     ``action_scale`` (one value per joint, e.g. the action's std) makes the parity tolerance relative.
+    ``noise_inputs`` are drawn by the server per request (role ``noise``); ``observation_history`` is
+    the number of frames every image, state and env input carries as its leading axis.
     """
     torch = _torch()
     fn = load_factory(factory) if isinstance(factory, str) else factory
@@ -439,7 +443,12 @@ def export_bundle(
                 )
         images = set(image_inputs) if image_inputs is not None else None
         inputs = tuple(
-            TensorSpec(k, _tensor_dtype("input", k, v), tuple(_shape(v)), input_role(k, v, images))
+            TensorSpec(
+                k,
+                _tensor_dtype("input", k, v),
+                tuple(_shape(v)),
+                "noise" if k in noise_inputs else input_role(k, v, images),
+            )
             for k, v in example.items()
         )
         outputs = tuple(
@@ -516,6 +525,7 @@ def export_bundle(
                 created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
                 source=dict(source or {}),
                 model_batch=model_batch,
+                observation_history=observation_history,
             )
             manifest.write(stage)
             Bundle.open(stage, verify_all=True)

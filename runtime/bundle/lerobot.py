@@ -352,6 +352,8 @@ def lerobot_export_plan(
         },
         "description": f"LeRobot {ckpt.policy_type} policy from {ckpt.path.name}",
         "model_batch": 1,  # LeRobot policies take a batch; the graph adds and removes it
+        "noise_inputs": (NOISE_INPUT,) if ckpt.policy_type == "diffusion" else (),
+        "observation_history": ckpt.n_obs_steps,
     }
     return factory, kwargs
 

@@ -59,8 +59,11 @@ GIL_SWITCH_S = 0.0002
 class InferenceSource(Protocol):
     """Where the loop sends observations: the server's inference worker in the daemon."""
 
-    def submit(self, inputs: list[np.ndarray], on_done: OnDone) -> bool:
-        """Queue one inference; ``on_done(actions, None)`` or ``on_done(None, reason)`` is called once."""
+    def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
+        """Queue one inference; ``on_done(actions, None)`` or ``on_done(None, reason)`` is called once.
+
+        ``inputs``: one observation (``manifest.observation_inputs``); ``reset``: it is the first of a
+        run, so a policy with observation history starts a new one from it."""
         ...
 
     def failure(self) -> str | None:
@@ -115,10 +118,11 @@ class ControlLoop:
         chunk = manifest.chunk_length
         self.n_steps = min(config.n_action_steps or chunk, chunk)
         self.refill_at = math.ceil(config.chunk_size_threshold * self.n_steps)
-        self.inputs = manifest.inputs
+        # one frame of each observation: the server adds history frames and sampling noise
+        self.inputs = manifest.observation_inputs
         self._state_input = self._find_state_input(manifest)
         stream_names = set(streams.names) if streams is not None else set()
-        unfed = [s.name for s in manifest.inputs if s.name != self._state_input and s.name not in stream_names]
+        unfed = [s.name for s in self.inputs if s.name != self._state_input and s.name not in stream_names]
         if unfed:
             raise ConfigError(
                 f"the policy input(s) {', '.join(unfed)} have no source: add a [[control.streams]] entry "
@@ -148,6 +152,7 @@ class ControlLoop:
         self._inflight_since: float | None = None
         self._result: tuple[int, int, np.ndarray | None, str | None] | None = None
         self._got_first = False
+        self._new_history = True  # the next observation starts the policy's history (a new run)
         self._stall_since: float | None = None
         self._stall_key = ""
         self._stall_reason = ""
@@ -169,7 +174,7 @@ class ControlLoop:
         self.shutdown_ok = True
 
     def _find_state_input(self, manifest: Manifest) -> str:
-        states = [s for s in manifest.inputs if s.role == "state"]
+        states = [s for s in manifest.observation_inputs if s.role == "state"]
         if len(states) != 1:
             raise ConfigError(
                 f"the control loop fills exactly one input with role 'state' from the joints; the policy has "
@@ -424,6 +429,7 @@ class ControlLoop:
             self.envelope.reset(present)
             self._last_goal = present.copy()
             self._got_first = False
+            self._new_history = True
             self._stall_since = None
             self._stall_key = ""
             self._stall_acted = False
@@ -684,10 +690,11 @@ class ControlLoop:
         def done(actions: np.ndarray | None, error: str | None) -> None:
             self._result = (gen, k, actions, error)
 
-        if not self.inference.submit(arrays, done):
+        if not self.inference.submit(arrays, done, reset=self._new_history):
             self._inflight_since = None
             self.counters["submit_refused"] += 1
         else:
+            self._new_history = False
             self.counters["requests"] += 1
 
     # --- resting --------------------------------------------------------------------------------------

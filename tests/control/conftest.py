@@ -101,9 +101,14 @@ class ScriptedInference:
         self.calls = 0
         self.failure_reason: str | None = None
         self.error: str | None = None
+        self.resets: list[int] = []  # the calls that started a new observation history
 
-    def submit(self, inputs: list[np.ndarray], on_done: Callable[[Any, str | None], None]) -> bool:
+    def submit(
+        self, inputs: list[np.ndarray], on_done: Callable[[Any, str | None], None], *, reset: bool = False
+    ) -> bool:
         self.calls += 1
+        if reset:
+            self.resets.append(self.calls)
         n = self.calls
         state = next(a for a in inputs if a.dtype == np.float32 and a.ndim == 1).copy()
 
