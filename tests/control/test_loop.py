@@ -266,3 +266,18 @@ def test_the_loop_thread_runs_on_the_control_cpu(sim_arm, calibration, manifest,
         loop.shutdown()
         streams.stop()
     assert set(loop.cpu_seen) == {cpus[-1]}
+
+
+def test_each_run_starts_a_new_observation_history(run):
+    """The first observation after each start asks the server to start the policy's history from it."""
+    inference = ScriptedInference(lambda n, s: np.repeat(s[None, :], CHUNK, axis=0))
+    loop = run(inference, n_action_steps=10)
+    start(loop)
+    wait_for(lambda: inference.calls >= 3, what="three requests")
+    loop.request("stop", "test")
+    wait_for(lambda: loop.mode == "holding", what="holding")
+    first_of_second_run = inference.calls + 1
+    start(loop)
+    wait_for(lambda: inference.calls >= first_of_second_run + 2, what="requests of the second run")
+    assert inference.resets[:2] == [1, first_of_second_run]
+    assert len(inference.resets) == 2
