@@ -26,6 +26,10 @@ from runtime.bundle.manifest import HISTORY_ROLES, Manifest
 
 # Stands in for a noise input between the I/O thread and the worker, which draws the real one.
 NOISE_PLACEHOLDER = np.empty(0, np.float32)
+# Histories kept at once. Each holds observation_history frames (two camera frames of 921 KB for a
+# 640x480 Diffusion Policy), and every new connection is a new client: the bound caps the memory a
+# reconnecting client can pin. Histories past max_gap_s are dropped first, then the longest silent.
+MAX_CLIENTS = 64
 
 
 class ObservationHistory:
@@ -35,7 +39,7 @@ class ObservationHistory:
     held only to update one client's deque.
     """
 
-    def __init__(self, manifest: Manifest, *, max_gap_s: float = 0.0, max_clients: int = 1024) -> None:
+    def __init__(self, manifest: Manifest, *, max_gap_s: float = 0.0, max_clients: int = MAX_CLIENTS) -> None:
         self.frames = manifest.observation_history
         self.max_gap_s = max_gap_s
         self.max_clients = max_clients
@@ -84,7 +88,7 @@ class ObservationHistory:
             stale = entry is not None and self.max_gap_s > 0 and now - entry[1][0] > self.max_gap_s
             if entry is None or reset or stale:
                 if entry is None and len(self._clients) >= self.max_clients:
-                    self._forget_oldest()
+                    self._forget_oldest(now)
                 # as LeRobot's populate_queues: the first observation stands for every earlier one
                 entry = (deque([observation] * self.frames, maxlen=self.frames), [now])
                 self._clients[client] = entry
@@ -94,9 +98,13 @@ class ObservationHistory:
                 entry[1][0] = now
             return list(entry[0])
 
-    def _forget_oldest(self) -> None:
-        oldest = min(self._clients, key=lambda c: self._clients[c][1][0])
-        del self._clients[oldest]
+    def _forget_oldest(self, now: float) -> None:
+        if self.max_gap_s > 0:  # those would start over anyway
+            for client in [c for c, (_, heard) in self._clients.items() if now - heard[0] > self.max_gap_s]:
+                del self._clients[client]
+        if len(self._clients) >= self.max_clients:
+            oldest = min(self._clients, key=lambda c: self._clients[c][1][0])
+            del self._clients[oldest]
 
     def forget(self, client: Hashable) -> None:
         """Drop a client's history: its next observation starts a new one."""

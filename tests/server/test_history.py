@@ -124,6 +124,32 @@ def test_the_longest_silent_client_is_forgotten_first(manifest: Manifest) -> Non
     assert steps(h.assemble("b", frame(5), 4.0)) == [5, 5]
 
 
+def test_expired_histories_go_before_live_ones() -> None:
+    h = ObservationHistory(parse_manifest(DIFFUSION), max_gap_s=1.0, max_clients=3)
+    for client, t in (("a", 0.0), ("b", 0.1), ("c", 1.5)):
+        h.assemble(client, frame(1), t)
+    h.assemble("d", frame(1), 1.8)  # a and b are past the gap: both go, c stays
+    assert len(h) == 2
+    assert steps(h.assemble("c", frame(2), 1.9)) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("history_max_gap_s", -1.0, "server.history_max_gap_s: expected 0 (never restart) or seconds > 0, got -1.0"),
+        ("history_max_gap_s", float("nan"), "server.history_max_gap_s"),
+        ("noise_seed", -3, "server.noise_seed: expected an integer in [0, 2**64), got -3"),
+    ],
+)
+def test_server_config_names_a_bad_history_or_noise_key(key: str, value: Any, expected: str) -> None:
+    from runtime.errors import ConfigError
+    from runtime.server.config import ServerConfig
+
+    with pytest.raises(ConfigError) as err:
+        ServerConfig(**{key: value})
+    assert expected in str(err.value)
+
+
 def test_a_policy_without_history_takes_the_frame_as_sent() -> None:
     data = copy.deepcopy(DIFFUSION)
     del data["observation_history"]
