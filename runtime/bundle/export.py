@@ -33,6 +33,7 @@ from runtime.bundle.manifest import (
     DEFAULT_TOLERANCE,
     DEVICES,
     DTYPES,
+    INPUT_ROLES,
     PRECISIONS,
     FileEntry,
     Manifest,
@@ -382,7 +383,7 @@ def export_bundle(
     source: Mapping[str, Any] | None = None,
     description: str = "",
     model_batch: int = 0,
-    noise_inputs: tuple[str, ...] = (),
+    input_roles: Mapping[str, str] | None = None,
     observation_history: int = 1,
 ) -> Bundle:
     """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
@@ -391,8 +392,9 @@ def export_bundle(
     returns unbatched tensors (``model_batch: 1`` in the manifest). Shapes, dtypes and roles are
     checked right after the eager run, before the slow steps; nothing is left at ``out`` on failure.
     ``action_scale`` (one value per joint, e.g. the action's std) makes the parity tolerance relative.
-    ``noise_inputs`` are drawn by the server per request (role ``noise``); ``observation_history`` is
-    the number of frames every image, state and env input carries as its leading axis.
+    ``input_roles`` names roles outright (``noise``: drawn by the server per request); the others
+    are inferred. ``observation_history`` is the number of frames every image, state and env input
+    carries as its leading axis.
     """
     torch = _torch()
     fn = load_factory(factory) if isinstance(factory, str) else factory
@@ -441,13 +443,19 @@ def export_bundle(
                 raise ExportError(
                     f"--image-inputs: {', '.join(unknown)} is not an input (inputs: {', '.join(example)})"
                 )
+        for k, role in (input_roles or {}).items():
+            if k not in example or role not in INPUT_ROLES:
+                raise ExportError(
+                    f"input roles: expected an input ({', '.join(example)}) with a role among "
+                    f"{', '.join(INPUT_ROLES)}, got {k!r}: {role!r}"
+                )
         images = set(image_inputs) if image_inputs is not None else None
         inputs = tuple(
             TensorSpec(
                 k,
                 _tensor_dtype("input", k, v),
                 tuple(_shape(v)),
-                "noise" if k in noise_inputs else input_role(k, v, images),
+                (input_roles or {}).get(k) or input_role(k, v, images),
             )
             for k, v in example.items()
         )

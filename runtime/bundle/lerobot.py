@@ -48,6 +48,7 @@ CHECKPOINT_FILES: Final = (
     "policy_postprocessor.json",
 )
 NOISE_INPUT: Final = "noise"  # Diffusion Policy's initial sample, filled per request by the server
+FEATURE_ROLES: Final = {"VISUAL": "image", "STATE": "state", "ENV": "env"}  # LeRobot FeatureType -> input role
 
 INSTALL_HINT: Final = (
     "pip install --no-deps lerobot==0.4.4 && pip install 'lerobot-runtime[lerobot]' "
@@ -352,7 +353,11 @@ def lerobot_export_plan(
         },
         "description": f"LeRobot {ckpt.policy_type} policy from {ckpt.path.name}",
         "model_batch": 1,  # LeRobot policies take a batch; the graph adds and removes it
-        "noise_inputs": (NOISE_INPUT,) if ckpt.policy_type == "diffusion" else (),
+        # from the checkpoint's feature types, not the names: the server keeps history for these roles
+        "input_roles": {
+            **{f.name: FEATURE_ROLES[f.type] for f in ckpt.inputs},
+            **({NOISE_INPUT: "noise"} if ckpt.policy_type == "diffusion" else {}),
+        },
         "observation_history": ckpt.n_obs_steps,
     }
     return factory, kwargs

@@ -31,6 +31,7 @@ OutputRole = Literal["action", "other"]
 
 DEVICES: Final[tuple[str, ...]] = get_args(Device)
 PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
+INPUT_ROLES: Final[tuple[str, ...]] = get_args(InputRole)
 HISTORY_ROLES: Final = ("image", "state", "env")  # the inputs that carry observation_history frames
 DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool")
 
