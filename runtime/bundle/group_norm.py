@@ -38,15 +38,18 @@ class GroupNormByStatistics(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c = x.shape[:2]
-        groups = x.reshape(n, self.num_groups, -1)
+        dtype = x.dtype
+        # bf16/f16 activations (an export traced under autocast): statistics in float32, as PyTorch's
+        # own group_norm kernel accumulates them; a float32 model gets no cast at all
+        groups = (x if dtype == torch.float32 else x.float()).reshape(n, self.num_groups, -1)
         # mean and mean square deviation as plain reductions: var_mean is not a core ATen op
         centred = groups - groups.mean(dim=-1, keepdim=True)
         var = (centred * centred).mean(dim=-1, keepdim=True)
         y = (centred * torch.rsqrt(var + self.eps)).reshape(x.shape)
-        if self.weight is None or self.bias is None:
-            return y
-        per_channel = (1, c) + (1,) * (x.dim() - 2)
-        return y * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
+        if self.weight is not None and self.bias is not None:
+            per_channel = (1, c) + (1,) * (x.dim() - 2)
+            y = y * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
+        return y if dtype == torch.float32 else y.to(dtype)
 
 
 def replace_group_norm(module: nn.Module) -> int:

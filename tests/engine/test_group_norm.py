@@ -66,6 +66,19 @@ def test_same_numbers_as_group_norm(shape: tuple[int, ...], groups: int, affine:
         torch.testing.assert_close(GroupNormByStatistics(norm)(x), norm(x), rtol=0, atol=2e-5)
 
 
+def test_low_precision_activations_keep_float32_statistics() -> None:
+    """Under autocast (bf16 exports) the output dtype is the input's and the error is bf16 rounding only."""
+    torch.manual_seed(0)
+    norm = torch.nn.GroupNorm(4, 16)
+    x = (torch.randn(2, 16, 5, 7) * 50 + 200).to(torch.bfloat16)  # a large mean: bf16 statistics would lose it
+    with torch.no_grad():
+        got = GroupNormByStatistics(norm)(x)
+        want = norm(x.float())
+    assert got.dtype == torch.bfloat16
+    # bf16 output rounding is < 1e-2 here; statistics computed in bf16 would be off by 2.5e-2
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=1.5e-2)
+
+
 def test_every_group_norm_is_replaced_and_keeps_its_parameters() -> None:
     net = torch.nn.Sequential(
         torch.nn.Conv1d(4, 8, 3), torch.nn.GroupNorm(2, 8), torch.nn.Sequential(torch.nn.GroupNorm(4, 8))
