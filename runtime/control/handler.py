@@ -26,6 +26,9 @@ class ServerInference:
     def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
         return self.server.submit_local(inputs, on_done, reset=reset)
 
+    def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
+        self.server.observe_local(inputs, reset=reset)
+
     def failure(self) -> str | None:
         failure: str | None = getattr(self.server, "verification_failure", None)
         return failure

@@ -66,6 +66,10 @@ class InferenceSource(Protocol):
         run, so a policy with observation history starts a new one from it."""
         ...
 
+    def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
+        """Add this tick's observation to the policy's history without asking for a chunk."""
+        ...
+
     def failure(self) -> str | None:
         """Why no chunk may be trusted now (e.g. a failed self-check), or None."""
         ...
@@ -120,6 +124,9 @@ class ControlLoop:
         self.refill_at = math.ceil(config.chunk_size_threshold * self.n_steps)
         # one frame of each observation: the server adds history frames and sampling noise
         self.inputs = manifest.observation_inputs
+        # A policy that looks at several observations sees one per tick, as in LeRobot's select_action:
+        # every running tick that does not ask for a chunk still hands its observation over.
+        self._observe_every_tick = manifest.observation_history > 1
         self._state_input = self._find_state_input(manifest)
         stream_names = set(streams.names) if streams is not None else set()
         unfed = [s.name for s in self.inputs if s.name != self._state_input and s.name not in stream_names]
@@ -599,6 +606,8 @@ class ControlLoop:
         action = self.queue.take(k)
         if self._inflight_since is None and self.queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
+        elif self._observe_every_tick:
+            self._observe(present)
         if action is None:
             if self._got_first:
                 self.counters["starved"] += 1
@@ -670,19 +679,36 @@ class ControlLoop:
                 return None
         return self._hold_goal
 
-    def _ask(self, k: int, present: np.ndarray) -> None:
+    def _observation(self, present: np.ndarray, *, report: bool = True) -> list[np.ndarray] | None:
+        """This tick's observation in the policy's input order: the joints plus the newest stream parts.
+
+        ``report``: log a refused observation (asks do; per-tick history frames only count it, as the
+        next ask reports the same problem)."""
         observation: dict[str, Any] = {self._state_input: present.astype(np.float32)}
         if self.streams is not None:
             for name in self.streams.names:
                 part = self.streams.latest(name)
                 if part is None:
-                    return
+                    return None
                 observation[name] = part.array
         try:
-            arrays = validate_inputs(self.inputs, observation)
+            return validate_inputs(self.inputs, observation)
         except InputValidationError as e:
             self.counters["observation_errors"] += 1
-            self.events.emit(logging.ERROR, "control: observation refused: %s", e)
+            if report:
+                self.events.emit(logging.ERROR, "control: observation refused: %s", e)
+            return None
+
+    def _observe(self, present: np.ndarray) -> None:
+        arrays = self._observation(present, report=False)
+        if arrays is not None:
+            self.inference.observe(arrays, reset=self._new_history)
+            self._new_history = False
+            self.counters["observations"] += 1
+
+    def _ask(self, k: int, present: np.ndarray) -> None:
+        arrays = self._observation(present)
+        if arrays is None:
             return
         gen = self._gen
         self._inflight_since = self._clock()

@@ -63,6 +63,12 @@ class ObservationHistory:
         """False when the program takes exactly what a client sends (nothing to keep or draw)."""
         return self.frames > 1 or any(s is None for s in self._sources)
 
+    def observe(self, client: Hashable, observation: Sequence[np.ndarray], now: float, *, reset: bool = False) -> None:
+        """Add a frame to the client's history without running the policy (the control loop, every tick
+        it does not ask, so the frames are consecutive ticks as in LeRobot's ``select_action``)."""
+        if self.frames > 1:
+            self._push(client, observation, now, reset)
+
     def assemble(
         self, client: Hashable, observation: Sequence[np.ndarray], now: float, *, reset: bool = False
     ) -> list[np.ndarray]:

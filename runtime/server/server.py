@@ -565,6 +565,11 @@ class PolicyServer:
             result.superseded.on_done(None, "superseded by a newer observation")
         return result.accepted
 
+    def observe_local(self, inputs: list[Any], *, reset: bool = False) -> None:
+        """Add the control loop's observation of this tick to its history, without an inference
+        (a no-op for a policy that looks at one observation). Same ``inputs`` as :meth:`submit_local`."""
+        self.history.observe(LOCAL_CLIENT, inputs, time.monotonic(), reset=reset)
+
     def _reply_job_error(self, job: Job, code: str, message: str) -> None:
         if job.on_done is not None:
             job.on_done(None, f"{code}: {message}")

@@ -103,3 +103,44 @@ def test_served_chunks_stack_each_clients_frames_and_the_servers_noise(engine: A
             a.infer({"observation.state": state(5), "noise": np.zeros((CHUNK, JOINTS), np.float32)})
         # refused requests neither entered the history nor drew noise
         np.testing.assert_allclose(served(a, 5), expected(state(4), state(5), drawn()), atol=1e-5)
+
+
+def test_control_loop_frames_between_asks_are_its_history(engine: Any, short_tmp: Path) -> None:
+    """``observe_local`` (every tick the loop does not ask) feeds the history ``submit_local`` then uses;
+    a network client's history is apart from it."""
+    import threading
+
+    from runtime.client import PolicyClient
+    from runtime.server import PolicyServer, ServerConfig
+
+    rng = np.random.default_rng(4)
+    cfg = ServerConfig(endpoints=("ipc://p.sock",), noise_seed=4, history_max_gap_s=0, canary_interval_s=0)
+
+    def submit(server: PolicyServer, t: float, reset: bool = False) -> np.ndarray:
+        done = threading.Event()
+        got: list[Any] = []
+
+        def on_done(actions: Any, error: str | None) -> None:
+            got.append(actions if error is None else error)
+            done.set()
+
+        assert server.submit_local([state(t)], on_done, reset=reset)
+        assert done.wait(10)
+        assert isinstance(got[0], np.ndarray), got[0]
+        return got[0]
+
+    with (
+        PolicyServer(engine, cfg, runtime_directory=short_tmp) as server,
+        PolicyClient(server.bound_endpoints[0], timeout_s=10) as client,
+    ):
+        want = expected(state(1), state(1), rng.standard_normal((CHUNK, JOINTS), dtype=np.float32))
+        np.testing.assert_allclose(submit(server, 1, reset=True), want, atol=1e-5)
+        server.observe_local([state(2)])
+        server.observe_local([state(3)])
+        want = expected(state(3), state(4), rng.standard_normal((CHUNK, JOINTS), dtype=np.float32))
+        np.testing.assert_allclose(submit(server, 4), want, atol=1e-5)
+        want = expected(state(8), state(8), rng.standard_normal((CHUNK, JOINTS), dtype=np.float32))
+        np.testing.assert_allclose(client.infer({"observation.state": state(8)}).actions, want, atol=1e-5)
+        server.observe_local([state(5)], reset=True)  # a new run whose first tick did not ask
+        want = expected(state(5), state(6), rng.standard_normal((CHUNK, JOINTS), dtype=np.float32))
+        np.testing.assert_allclose(submit(server, 6), want, atol=1e-5)
