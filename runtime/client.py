@@ -193,9 +193,15 @@ class PolicyClient:
         reply, _ = self._call("hello", None, timeout_s)
         return policy_info_from_reply(reply)
 
-    def infer(self, observation: Mapping[str, np.ndarray], *, timeout_s: float | None = None) -> ActionChunk:
-        """Send one observation (arrays exactly as the policy declares them), get its action chunk."""
-        reply, rtt_ms = self._call("infer", observation, timeout_s)
+    def infer(
+        self, observation: Mapping[str, np.ndarray], *, reset: bool = False, timeout_s: float | None = None
+    ) -> ActionChunk:
+        """Send one observation (arrays exactly as ``hello`` lists the inputs), get its action chunk.
+
+        ``reset``: the observation starts a new episode; a policy with observation history forgets
+        this client's earlier frames.
+        """
+        reply, rtt_ms = self._call("infer", observation, timeout_s, {"reset": True} if reset else None)
         return actions_from_reply(reply, rtt_ms)
 
     def ping(self, *, timeout_s: float | None = None) -> Pong:

@@ -184,7 +184,9 @@ class Daemon:
         cpu = control_cpu if control_cpu in allowed else None
         io_cpus = (allowed - engine_cpus) or allowed
         if self.config.control.streams:
-            self.streams = ObservationStreams(self.config.control.streams, server.engine.manifest.inputs, cpus=io_cpus)
+            self.streams = ObservationStreams(
+                self.config.control.streams, server.engine.manifest.observation_inputs, cpus=io_cpus
+            )
         loop = ControlLoop(
             self.arm.bus,
             self.arm.bus.calibration,
@@ -239,7 +241,7 @@ class Daemon:
                 f"recording: the control rate must be a whole number of Hz to record (LeRobot stores fps as an "
                 f"integer), got control.rate_hz {loop.rate_hz:g}"
             )
-        cameras = camera_inputs(self.streams, server.engine.manifest.inputs)
+        cameras = camera_inputs(self.streams, server.engine.manifest.observation_inputs)
         features = RecordingFeatures(fps=fps, joint_names=loop.names, cameras=cameras)
         self.recorder = EpisodeRecorder.create(self.config.recording, features)
         loop.episodes = EpisodeTap(self.recorder, self.streams, cameras, loop.events)

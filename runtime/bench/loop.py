@@ -87,7 +87,7 @@ def cpu_flags() -> str:
 
 
 def _image_spec(engine: Engine) -> tuple[str, tuple[int, ...]]:
-    image = next(s for s in engine.manifest.inputs if s.role == "image" or s.dtype == "uint8")
+    image = next(s for s in engine.manifest.observation_inputs if s.role == "image" or s.dtype == "uint8")
     return image.name, tuple(image.shape)
 
 
@@ -129,7 +129,7 @@ def _run_case(
         # and a slow model's first chunk (behind a saturating client) may take seconds on a small CPU
         safety=SafetyConfig(max_first_step_deg=360.0, stall_timeout_s=30.0),
     )
-    streams = ObservationStreams(config.streams, engine.manifest.inputs, cpus={control_cpu})
+    streams = ObservationStreams(config.streams, engine.manifest.observation_inputs, cpus={control_cpu})
     streams.start()
     servos = _ServoProcess()
     bus = FeetechBus(servos.port, cal)
@@ -210,7 +210,7 @@ def run_loop_bench(
         with process_on(inference_cpus((), control_cpu)):
             server.start()
         engine = server.engine
-        specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.inputs])
+        specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.observation_inputs])
         load = subprocess.Popen(
             [
                 sys.executable,

@@ -40,7 +40,7 @@ TARGET_OVERHEAD_P99_MS = 2.0
 def observation_for(engine: Engine, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     obs: dict[str, np.ndarray] = {}
-    for spec in engine.manifest.inputs:
+    for spec in engine.manifest.observation_inputs:
         if np.dtype(spec.dtype).kind in "ui":
             obs[spec.name] = rng.integers(0, 256, size=spec.shape).astype(spec.dtype)
         else:
@@ -50,7 +50,7 @@ def observation_for(engine: Engine, seed: int = 0) -> dict[str, np.ndarray]:
 
 def _client(endpoint: str, mode: str, engine: Engine, n: int, warmup: int, cpu: int) -> list[list[float]]:
     """Run the bench client in its own process (a control loop is one) and collect its samples."""
-    specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.inputs])
+    specs = json.dumps([[s.name, s.dtype, list(s.shape)] for s in engine.manifest.observation_inputs])
     cmd = [sys.executable, "-m", "runtime.bench.serve_client", endpoint, mode, specs, str(n), str(warmup), str(cpu)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
     if out.returncode != 0:
@@ -147,7 +147,7 @@ def run_bench(
         result: dict[str, Any] = {
             "policy": engine.manifest.policy_name,
             "engine": engine.info.to_json(),
-            "observation": {s.name: [s.dtype, list(s.shape)] for s in engine.manifest.inputs},
+            "observation": {s.name: [s.dtype, list(s.shape)] for s in engine.manifest.observation_inputs},
             "reply": [engine.manifest.action_spec.dtype, list(engine.manifest.action_spec.shape)],
             "requests": n,
             "client_cpu": control_cpu,

@@ -33,6 +33,7 @@ from runtime.bundle.manifest import (
     DEFAULT_TOLERANCE,
     DEVICES,
     DTYPES,
+    INPUT_ROLES,
     PRECISIONS,
     FileEntry,
     Manifest,
@@ -382,6 +383,8 @@ def export_bundle(
     source: Mapping[str, Any] | None = None,
     description: str = "",
     model_batch: int = 0,
+    input_roles: Mapping[str, str] | None = None,
+    observation_history: int = 1,
 ) -> Bundle:
     """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
 
@@ -389,6 +392,9 @@ def export_bundle(
     returns unbatched tensors (``model_batch: 1`` in the manifest). Shapes, dtypes and roles are
     checked right after the eager run, before the slow steps; nothing is left at ``out`` on failure.
     ``action_scale`` (one value per joint, e.g. the action's std) makes the parity tolerance relative.
+    ``input_roles`` names roles outright (``noise``: drawn by the server per request); the others
+    are inferred. ``observation_history`` is the number of frames every image, state and env input
+    carries as its leading axis.
     """
     torch = _torch()
     fn = load_factory(factory) if isinstance(factory, str) else factory
@@ -437,9 +443,20 @@ def export_bundle(
                 raise ExportError(
                     f"--image-inputs: {', '.join(unknown)} is not an input (inputs: {', '.join(example)})"
                 )
+        for k, role in (input_roles or {}).items():
+            if k not in example or role not in INPUT_ROLES:
+                raise ExportError(
+                    f"input roles: expected an input ({', '.join(example)}) with a role among "
+                    f"{', '.join(INPUT_ROLES)}, got {k!r}: {role!r}"
+                )
         images = set(image_inputs) if image_inputs is not None else None
         inputs = tuple(
-            TensorSpec(k, _tensor_dtype("input", k, v), tuple(_shape(v)), input_role(k, v, images))
+            TensorSpec(
+                k,
+                _tensor_dtype("input", k, v),
+                tuple(_shape(v)),
+                (input_roles or {}).get(k) or input_role(k, v, images),
+            )
             for k, v in example.items()
         )
         outputs = tuple(
@@ -467,6 +484,10 @@ def export_bundle(
 
     with staged_directory(out_dir) as stage:
         with step(2, total, "exporting with torch.export"):
+            # after the eager run, so the test case's reference comes from the model as written
+            from runtime.bundle.group_norm import replace_group_norm
+
+            replace_group_norm(model)
             try:
                 # under no_grad, a policy's own @torch.no_grad (LeRobot's predict_action_chunk) changes
                 # nothing and leaves no grad-mode submodule in the graph, which the quantizer cannot read
@@ -512,6 +533,7 @@ def export_bundle(
                 created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
                 source=dict(source or {}),
                 model_batch=model_batch,
+                observation_history=observation_history,
             )
             manifest.write(stage)
             Bundle.open(stage, verify_all=True)

@@ -48,6 +48,7 @@ CHECKPOINT_FILES: Final = (
     "policy_postprocessor.json",
 )
 NOISE_INPUT: Final = "noise"  # Diffusion Policy's initial sample, filled per request by the server
+FEATURE_ROLES: Final = {"VISUAL": "image", "STATE": "state", "ENV": "env"}  # LeRobot FeatureType -> input role
 
 INSTALL_HINT: Final = (
     "pip install --no-deps lerobot==0.4.4 && pip install 'lerobot-runtime[lerobot]' "
@@ -352,6 +353,12 @@ def lerobot_export_plan(
         },
         "description": f"LeRobot {ckpt.policy_type} policy from {ckpt.path.name}",
         "model_batch": 1,  # LeRobot policies take a batch; the graph adds and removes it
+        # from the checkpoint's feature types, not the names: the server keeps history for these roles
+        "input_roles": {
+            **{f.name: FEATURE_ROLES[f.type] for f in ckpt.inputs},
+            **({NOISE_INPUT: "noise"} if ckpt.policy_type == "diffusion" else {}),
+        },
+        "observation_history": ckpt.n_obs_steps,
     }
     return factory, kwargs
 
@@ -371,13 +378,6 @@ def export_lerobot(
     """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
     from runtime.bundle.export import export_bundle
 
-    if read_checkpoint(checkpoint).policy_type == "diffusion":
-        # The graph is right (tests compare it with LeRobot's own sampling), but lowering it crashes
-        # OpenVINO 2025.4.1's CPU compiler (a segmentation fault in compile_model): refuse rather than crash.
-        raise ExportError(
-            "Diffusion Policy: the inference graph is built (noise as an input, n_obs_steps frames of history) "
-            "but OpenVINO 2025.4.1's CPU compiler crashes lowering it; exporting it is not supported yet"
-        )
     factory, kwargs = lerobot_export_plan(
         checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name
     )

@@ -24,11 +24,15 @@ Device = Literal["CPU", "GPU", "NPU"]
 # int8: post-training quantised weights and activations (``lerobot-runtime quantize``); the float
 # precisions are what the program was lowered for.
 Precision = Literal["f32", "f16", "bf16", "int8"]
-InputRole = Literal["image", "state", "env", "other"]
+# noise: the sampling noise of a generative policy (Diffusion Policy's initial sample); the server draws
+# it per request from a standard normal, clients never send it.
+InputRole = Literal["image", "state", "env", "other", "noise"]
 OutputRole = Literal["action", "other"]
 
 DEVICES: Final[tuple[str, ...]] = get_args(Device)
 PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
+INPUT_ROLES: Final[tuple[str, ...]] = get_args(InputRole)
+HISTORY_ROLES: Final = ("image", "state", "env")  # the inputs that carry observation_history frames
 DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool")
 
 # Parity tolerance by the precision the device really ran: the largest error accepted, in the units of
@@ -124,6 +128,10 @@ class Manifest:
     # program adds and removes it inside the graph, the wire stays unbatched; 0: no batch dimension).
     source: Mapping[str, Any] = field(default_factory=dict)
     model_batch: int = 0
+    # Observations the program takes at once (LeRobot's n_obs_steps): every image, state and env input
+    # carries that many frames, oldest first, as its leading axis; the server keeps the history per
+    # client and clients send one frame (see observation_inputs and runtime.server.history).
+    observation_history: int = 1
     # For an int8 bundle: the calibration source and the accuracy gate's result (see quantize).
     quantization: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
@@ -131,6 +139,22 @@ class Manifest:
     @property
     def action_spec(self) -> TensorSpec:
         return next(o for o in self.outputs if o.name == self.action_output)
+
+    @property
+    def observation_inputs(self) -> tuple[TensorSpec, ...]:
+        """What a client sends per request: one frame of each observation input, no noise."""
+        return tuple(
+            TensorSpec(s.name, s.dtype, s.shape[1:] if self._has_history(s) else s.shape, s.role)
+            for s in self.inputs
+            if s.role != "noise"
+        )
+
+    @property
+    def noise_inputs(self) -> tuple[TensorSpec, ...]:
+        return tuple(s for s in self.inputs if s.role == "noise")
+
+    def _has_history(self, spec: TensorSpec) -> bool:
+        return self.observation_history > 1 and spec.role in HISTORY_ROLES
 
     def input(self, name: str) -> TensorSpec:
         for spec in self.inputs:
@@ -162,6 +186,8 @@ class Manifest:
             out["source"] = dict(self.source)
         if self.model_batch:
             out["model_batch"] = self.model_batch
+        if self.observation_history > 1:
+            out["observation_history"] = self.observation_history
         if self.quantization:
             out["quantization"] = dict(self.quantization)
         return out
@@ -340,6 +366,18 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
     model_batch = r.opt(data, "model_batch", "", int, "0 or 1", 0)
     if model_batch not in (0, 1):
         raise r.fail("model_batch", "0 (no batch dimension) or 1 (a batch of one, removed in the graph)", model_batch)
+    history = r.opt(data, "observation_history", "", int, "a positive number of frames", 1)
+    if history < 1:
+        raise r.fail("observation_history", "a positive number of frames", history)
+    for i, spec in enumerate(inputs):
+        if spec.role == "noise" and spec.dtype != "float32":
+            raise r.fail(f"inputs[{i}].dtype", "float32 (a noise input is drawn from a standard normal)", spec.dtype)
+        if history > 1 and spec.role in HISTORY_ROLES and spec.shape[:1] != (history,):
+            raise r.fail(
+                f"inputs[{i}].shape",
+                f"observation_history = {history} frames as the leading axis ([{history}, ...])",
+                list(spec.shape),
+            )
     quantization = r.opt(data, "quantization", "", dict, "an object describing the quantisation", {})
     tools = r.opt(data, "tools", "", dict, "an object of tool -> version", {})
     if not all(isinstance(v, str) for v in tools.values()):
@@ -360,6 +398,7 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
         created_utc=r.opt(data, "created_utc", "", str, "an ISO-8601 time", ""),
         source=dict(source),
         model_batch=model_batch,
+        observation_history=history,
         quantization=dict(quantization),
         format_version=version,
     )

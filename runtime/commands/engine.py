@@ -337,12 +337,12 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
                 f"x{row['speedup_vs_eager']:.2f} vs eager  error {row['error']:.2g} ({row['precision']})"
             )
         print(f"errors in units of {result['rows'][0]['error_units']}")
-        cs = result["cold_start"]
-        if "error" in cs:
-            print(f"cold start (openvino engine, fresh process): failed: {cs['error']}")
-        else:
-            print(
-                f"cold start (openvino engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
-                f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
-            )
+        for name, cs in result["cold_start"].items():  # one fresh process per engine
+            if "error" in cs:
+                print(f"cold start ({name} engine, fresh process): failed: {cs['error']}")
+            else:
+                print(
+                    f"cold start ({name} engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
+                    f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
+                )
     return 0

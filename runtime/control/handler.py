@@ -23,8 +23,11 @@ class ServerInference:
     def __init__(self, server: PolicyServer) -> None:
         self.server = server
 
-    def submit(self, inputs: list[np.ndarray], on_done: OnDone) -> bool:
-        return self.server.submit_local(inputs, on_done)
+    def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
+        return self.server.submit_local(inputs, on_done, reset=reset)
+
+    def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
+        self.server.observe_local(inputs, reset=reset)
 
     def failure(self) -> str | None:
         failure: str | None = getattr(self.server, "verification_failure", None)

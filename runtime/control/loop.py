@@ -59,8 +59,15 @@ GIL_SWITCH_S = 0.0002
 class InferenceSource(Protocol):
     """Where the loop sends observations: the server's inference worker in the daemon."""
 
-    def submit(self, inputs: list[np.ndarray], on_done: OnDone) -> bool:
-        """Queue one inference; ``on_done(actions, None)`` or ``on_done(None, reason)`` is called once."""
+    def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
+        """Queue one inference; ``on_done(actions, None)`` or ``on_done(None, reason)`` is called once.
+
+        ``inputs``: one observation (``manifest.observation_inputs``); ``reset``: it is the first of a
+        run, so a policy with observation history starts a new one from it."""
+        ...
+
+    def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
+        """Add this tick's observation to the policy's history without asking for a chunk."""
         ...
 
     def failure(self) -> str | None:
@@ -115,10 +122,14 @@ class ControlLoop:
         chunk = manifest.chunk_length
         self.n_steps = min(config.n_action_steps or chunk, chunk)
         self.refill_at = math.ceil(config.chunk_size_threshold * self.n_steps)
-        self.inputs = manifest.inputs
+        # one frame of each observation: the server adds history frames and sampling noise
+        self.inputs = manifest.observation_inputs
+        # A policy that looks at several observations sees one per tick, as in LeRobot's select_action:
+        # every running tick that does not ask for a chunk still hands its observation over.
+        self._observe_every_tick = manifest.observation_history > 1
         self._state_input = self._find_state_input(manifest)
         stream_names = set(streams.names) if streams is not None else set()
-        unfed = [s.name for s in manifest.inputs if s.name != self._state_input and s.name not in stream_names]
+        unfed = [s.name for s in self.inputs if s.name != self._state_input and s.name not in stream_names]
         if unfed:
             raise ConfigError(
                 f"the policy input(s) {', '.join(unfed)} have no source: add a [[control.streams]] entry "
@@ -148,6 +159,7 @@ class ControlLoop:
         self._inflight_since: float | None = None
         self._result: tuple[int, int, np.ndarray | None, str | None] | None = None
         self._got_first = False
+        self._new_history = True  # the next observation starts the policy's history (a new run)
         self._stall_since: float | None = None
         self._stall_key = ""
         self._stall_reason = ""
@@ -169,7 +181,7 @@ class ControlLoop:
         self.shutdown_ok = True
 
     def _find_state_input(self, manifest: Manifest) -> str:
-        states = [s for s in manifest.inputs if s.role == "state"]
+        states = [s for s in manifest.observation_inputs if s.role == "state"]
         if len(states) != 1:
             raise ConfigError(
                 f"the control loop fills exactly one input with role 'state' from the joints; the policy has "
@@ -424,6 +436,7 @@ class ControlLoop:
             self.envelope.reset(present)
             self._last_goal = present.copy()
             self._got_first = False
+            self._new_history = True
             self._stall_since = None
             self._stall_key = ""
             self._stall_acted = False
@@ -593,6 +606,8 @@ class ControlLoop:
         action = self.queue.take(k)
         if self._inflight_since is None and self.queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
+        elif self._observe_every_tick:
+            self._observe(present)
         if action is None:
             if self._got_first:
                 self.counters["starved"] += 1
@@ -664,19 +679,36 @@ class ControlLoop:
                 return None
         return self._hold_goal
 
-    def _ask(self, k: int, present: np.ndarray) -> None:
+    def _observation(self, present: np.ndarray, *, report: bool = True) -> list[np.ndarray] | None:
+        """This tick's observation in the policy's input order: the joints plus the newest stream parts.
+
+        ``report``: log a refused observation (asks do; per-tick history frames only count it, as the
+        next ask reports the same problem)."""
         observation: dict[str, Any] = {self._state_input: present.astype(np.float32)}
         if self.streams is not None:
             for name in self.streams.names:
                 part = self.streams.latest(name)
                 if part is None:
-                    return
+                    return None
                 observation[name] = part.array
         try:
-            arrays = validate_inputs(self.inputs, observation)
+            return validate_inputs(self.inputs, observation)
         except InputValidationError as e:
             self.counters["observation_errors"] += 1
-            self.events.emit(logging.ERROR, "control: observation refused: %s", e)
+            if report:
+                self.events.emit(logging.ERROR, "control: observation refused: %s", e)
+            return None
+
+    def _observe(self, present: np.ndarray) -> None:
+        arrays = self._observation(present, report=False)
+        if arrays is not None:
+            self.inference.observe(arrays, reset=self._new_history)
+            self._new_history = False
+            self.counters["observations"] += 1
+
+    def _ask(self, k: int, present: np.ndarray) -> None:
+        arrays = self._observation(present)
+        if arrays is None:
             return
         gen = self._gen
         self._inflight_since = self._clock()
@@ -684,10 +716,11 @@ class ControlLoop:
         def done(actions: np.ndarray | None, error: str | None) -> None:
             self._result = (gen, k, actions, error)
 
-        if not self.inference.submit(arrays, done):
+        if not self.inference.submit(arrays, done, reset=self._new_history):
             self._inflight_since = None
             self.counters["submit_refused"] += 1
         else:
+            self._new_history = False
             self.counters["requests"] += 1
 
     # --- resting --------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def write_checkpoint(
                 "down_dims": (32, 64),
                 "horizon": 8,
                 "n_action_steps": 4,
-                "num_inference_steps": 4,
+                "num_inference_steps": 2,  # each step is a copy of the U-Net in the program: lowering time
                 "crop_shape": (80, 112),
                 "diffusion_step_embed_dim": 32,
                 "spatial_softmax_num_keypoints": 16,

@@ -50,7 +50,7 @@ from runtime.protocol.messages import (
 from runtime.protocol.teleop import parse_teleop
 
 _REQUEST_KEYS: Final = frozenset(("v", "id", "kind", "body"))
-_INFER_BODY_KEYS: Final = frozenset(("observation",))
+_INFER_BODY_KEYS: Final = frozenset(("observation", "reset"))
 Buffer = bytes | memoryview
 
 
@@ -302,7 +302,15 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
     if unknown:
         key = sorted(map(str, unknown))[0]
         raise BadRequestError(
-            f"infer body: unknown key {key!r}", field=f"body.{key}", expected="observation", received=key
+            f"infer body: unknown key {key!r}", field=f"body.{key}", expected="observation, reset", received=key
+        )
+    reset = body.get("reset", False)
+    if not isinstance(reset, bool):
+        raise BadRequestError(
+            f"body.reset: expected true or false, got {_type_name(reset)}",
+            field="body.reset",
+            expected="bool",
+            received=_type_name(reset),
         )
     obs_raw = body.get("observation")
     if not isinstance(obs_raw, dict):
@@ -326,7 +334,7 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
             expected=f"{sum(used)} data frames",
             received=f"{len(used)} data frames",
         )
-    return InferRequest(rid, observation)
+    return InferRequest(rid, observation, reset=reset)
 
 
 def _timing_wire(t: Timing) -> dict[str, float]:
@@ -381,7 +389,8 @@ def encode_request(
 ) -> list[Any]:
     """Frames of a request: header then one data frame per observation array (sent zero-copy).
 
-    ``body`` is for kinds without arrays (``control.*``, ``teleop.*``); an observation makes the infer body.
+    ``body`` is for kinds without arrays (``control.*``, ``teleop.*``); an observation makes the infer
+    body, and ``body`` then adds to it (``{"reset": True}``).
     """
     frames: list[Any] = [b""]
     if observation is None:
@@ -394,7 +403,7 @@ def encode_request(
             arr = wire_array(np.asarray(value))
             obs[name] = frame_descriptor(arr, len(frames) - 1)
             frames.append(arr)
-        header = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind, "body": {"observation": obs}}
+        header = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind, "body": {**(body or {}), "observation": obs}}
     frames[0] = _pack(header)
     return frames
 
@@ -534,7 +543,20 @@ def policy_info_from_reply(reply: Reply) -> PolicyInfo:
         max_message_bytes=int(_need(limits, "max_message_bytes", int, "body.limits")),
         queue_depth=int(_need(limits, "queue_depth", int, "body.limits")),
         arm=_arm(b),
+        **_observation(b),
     )
+
+
+def _observation(body: Mapping[str, Any]) -> dict[str, Any]:
+    """History frames and server-drawn inputs; absent from servers that predate them (1, none)."""
+    raw = body.get("observation")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"reply body.observation: expected a map, got {_type_name(raw)}")
+    frames = _need(raw, "history_frames", int, "body.observation")
+    drawn = _need(raw, "server_drawn", list, "body.observation")
+    return {"history_frames": int(frames), "noise_inputs": tuple(str(n) for n in drawn)}
 
 
 def _arm(body: Mapping[str, Any]) -> dict[str, Any] | None:

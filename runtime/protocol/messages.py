@@ -78,9 +78,13 @@ class StatsRequest:
 
 @dataclass(frozen=True, slots=True)
 class InferRequest:
+    """``reset``: this observation starts a new episode (a policy with observation history forgets
+    the client's earlier frames)."""
+
     id: int
     observation: Mapping[str, np.ndarray]
     kind: Literal["infer"] = "infer"
+    reset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +149,10 @@ class PolicyInfo:
     queue_depth: int
     # the arm the daemon holds (health, e-stop, temperatures), None for a pure policy server
     arm: Mapping[str, Any] | None = None
+    # observations the policy looks at (the server keeps each client's history) and the inputs the
+    # server draws itself (sampling noise); clients send neither
+    history_frames: int = 1
+    noise_inputs: tuple[str, ...] = ()
 
     @property
     def device(self) -> str:
@@ -172,6 +180,7 @@ class PolicyInfo:
             "kinds": list(self.kinds),
             "limits": {"max_message_bytes": self.max_message_bytes, "queue_depth": self.queue_depth},
             "arm": None if self.arm is None else dict(self.arm),
+            "observation": {"history_frames": self.history_frames, "server_drawn": list(self.noise_inputs)},
         }
 
 

@@ -47,6 +47,12 @@ class ServerConfig:
     named in ``allow_non_finite``. ``canary_interval_s``: how often the bundle's test case is
     replayed and checked between requests while serving (0: never); a failed check stops serving
     until a reload.
+
+    For a policy that takes several observations at once (the manifest's ``observation_history``),
+    each client's history restarts from its next observation when the previous one is older than
+    ``history_max_gap_s`` (0: never). ``noise_seed`` seeds the generator that draws a generative
+    policy's sampling noise per request (absent: fresh entropy at each start); set it to reproduce
+    a run's chunks.
     """
 
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
@@ -56,6 +62,8 @@ class ServerConfig:
     canary_interval_s: float = 5.0
     curve: CurveConfig = field(default_factory=CurveConfig)
     allow_non_finite: tuple[str, ...] = ()
+    history_max_gap_s: float = 2.0
+    noise_seed: int | None = None
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -70,6 +78,12 @@ class ServerConfig:
                 "server.canary_interval_s: expected 0 (off) or a period in [0.01, 86400] seconds, "
                 f"got {self.canary_interval_s}"
             )
+        if not (self.history_max_gap_s >= 0 and self.history_max_gap_s < float("inf")):
+            raise ConfigError(
+                f"server.history_max_gap_s: expected 0 (never restart) or seconds > 0, got {self.history_max_gap_s}"
+            )
+        if self.noise_seed is not None and not 0 <= self.noise_seed < 2**64:
+            raise ConfigError(f"server.noise_seed: expected an integer in [0, 2**64), got {self.noise_seed}")
         if self.max_message_bytes < 0:
             raise ConfigError(
                 f"server.max_message_bytes: expected 0 (auto) or a byte count, got {self.max_message_bytes}"

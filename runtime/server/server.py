@@ -39,6 +39,7 @@ from runtime.protocol.messages import (
 )
 from runtime.server.config import ServerConfig
 from runtime.server.endpoints import resolve_endpoint
+from runtime.server.history import ObservationHistory
 from runtime.server.instance import InstanceLock, tcp_listener_pid
 from runtime.server.queue import Job, RequestQueue
 from runtime.server.security import (
@@ -54,6 +55,7 @@ from runtime.server.worker import InferenceWorker
 
 log = logging.getLogger(__name__)
 
+LOCAL_CLIENT = (-1, b"control-loop")  # the control loop's key in the observation history
 POLL_MS = 50  # how often the I/O thread looks at the stop flag when idle
 BATCH = 64  # messages taken from one socket before looking at the others
 RCVHWM = 16  # per-client inbound messages buffered before TCP pushes back on the client
@@ -73,7 +75,8 @@ def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> Pol
         protocol_version=PROTOCOL_VERSION,
         server_version=__version__,
         policy_name=m.policy_name,
-        inputs=tuple(TensorInfo(s.name, s.dtype, tuple(s.shape), s.role) for s in m.inputs),
+        # what a client sends: one frame of each observation, no noise (the server adds both)
+        inputs=tuple(TensorInfo(s.name, s.dtype, tuple(s.shape), s.role) for s in m.observation_inputs),
         outputs=tuple(TensorInfo(s.name, s.dtype, tuple(s.shape), s.role) for s in m.outputs),
         action_output=m.action_output,
         chunk_length=m.chunk_length,
@@ -90,6 +93,8 @@ def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> Pol
         kinds=KINDS,
         max_message_bytes=max_message_bytes,
         queue_depth=queue_depth,
+        history_frames=m.observation_history,
+        noise_inputs=tuple(s.name for s in m.noise_inputs),
     )
 
 
@@ -179,6 +184,7 @@ class PolicyServer:
             reply_endpoint,
             self.heartbeat,
             self.config.canary_interval_s,
+            self.config.noise_seed,
         )
         self._worker.start()
         try:
@@ -192,7 +198,10 @@ class PolicyServer:
         # off the inference CPUs too, or they wait behind inference and slow it down.
         for cpu in sorted(self._all_cpus - set(self.engine.info.cpus)):
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
-        names = [s.name for s in self.engine.manifest.inputs]
+        self._observation_specs = self.engine.manifest.observation_inputs
+        self._noise_names = {s.name for s in self.engine.manifest.noise_inputs}
+        self.history = ObservationHistory(self.engine.manifest, max_gap_s=self.config.history_max_gap_s)
+        names = [s.name for s in self._observation_specs]
         for name in self.config.allow_non_finite:
             if name not in names:
                 self.queue.close()
@@ -497,10 +506,12 @@ class PolicyServer:
             self._reply_error(sock, envelope, "infer", request.id, "verification_failed", failure, received_at)
             return
         try:
-            inputs = validate_inputs(self.engine.manifest.inputs, request.observation)
-            check_finite(self.engine.manifest.inputs, inputs, self.config.allow_non_finite)
+            self._refuse_noise(request.observation)
+            frame = validate_inputs(self._observation_specs, request.observation)
+            check_finite(self._observation_specs, frame, self.config.allow_non_finite)
         except InputValidationError as e:  # answered bad_input by _handle; nothing is queued
             raise BadInputError(str(e), field=e.field, expected=e.expected, received=e.received) from None
+        inputs = self.history.assemble((index, envelope[0]), frame, received_at, reset=request.reset)
         job = Job(index, envelope, request.id, inputs, received_at)
         result = self.queue.put(job)
         if not result.accepted:
@@ -522,19 +533,42 @@ class PolicyServer:
                 f"replaced by newer request {request.id} from the same client (latest observation wins)",
             )
 
-    def submit_local(self, inputs: list[Any], on_done: Callable[[Any, str | None], None]) -> bool:
+    def _refuse_noise(self, observation: Mapping[str, Any]) -> None:
+        # One source of sampling noise: the server's generator (seedable), never the network.
+        for name in self._noise_names:
+            if name in observation:
+                raise InputValidationError(
+                    f"input {name!r}: the server draws this policy's sampling noise per request "
+                    "(server.noise_seed makes it reproducible); do not send it",
+                    field=name,
+                    expected="not sent",
+                    received=f"{name} sent",
+                )
+
+    def submit_local(
+        self, inputs: list[Any], on_done: Callable[[Any, str | None], None], *, reset: bool = False
+    ) -> bool:
         """Queue an inference for the control loop, ahead of network clients (the arm waits on it).
 
-        ``inputs`` are validated and in the policy's order. ``on_done`` runs on the worker thread.
+        ``inputs``: one observation, validated against ``manifest.observation_inputs`` and in that
+        order; the server adds the loop's earlier frames and the sampling noise where the policy takes
+        them (``reset``: this observation starts a new history). ``on_done`` runs on the worker thread.
         Returns False when the server is not taking work.
         """
         if not self._accepting:
             return False
-        job = Job(-1, [b"control-loop"], 0, inputs, time.monotonic(), on_done)
+        now = time.monotonic()
+        program_inputs = self.history.assemble(LOCAL_CLIENT, inputs, now, reset=reset)
+        job = Job(-1, [b"control-loop"], 0, program_inputs, now, on_done)
         result = self.queue.put(job, front=True)
         if result.superseded is not None and result.superseded.on_done is not None:
             result.superseded.on_done(None, "superseded by a newer observation")
         return result.accepted
+
+    def observe_local(self, inputs: list[Any], *, reset: bool = False) -> None:
+        """Add the control loop's observation of this tick to its history, without an inference
+        (a no-op for a policy that looks at one observation). Same ``inputs`` as :meth:`submit_local`."""
+        self.history.observe(LOCAL_CLIENT, inputs, time.monotonic(), reset=reset)
 
     def _reply_job_error(self, job: Job, code: str, message: str) -> None:
         if job.on_done is not None:

@@ -6,6 +6,8 @@ inproc socket to the I/O thread, the only thread that touches the ROUTER sockets
 inside the backend withholds the systemd watchdog. Between jobs it runs the serving canary
 (:mod:`runtime.engine.canary`), since it alone may call the engine; once the canary has failed it
 answers every job ``verification_failed`` without running it, until another engine is swapped in.
+It also draws a generative policy's sampling noise for each job right before running it
+(:class:`~runtime.server.history.NoiseSource`), so the draws follow the order the engine runs in.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from runtime.liveness import Heartbeat
 from runtime.protocol.codec import encode_actions_reply, encode_error
 from runtime.protocol.errors import ErrorInfo
 from runtime.protocol.messages import Timing
+from runtime.server.history import NoiseSource
 from runtime.server.queue import Job, RequestQueue
 from runtime.server.stats import StatsCollector
 
@@ -43,6 +46,7 @@ class InferenceWorker(threading.Thread):
         reply_endpoint: str,
         heartbeat: Heartbeat | None = None,
         canary_interval_s: float = 0.0,
+        noise_seed: int | None = None,
     ) -> None:
         super().__init__(name="lerobot-runtime-infer", daemon=True)
         self.heartbeat = heartbeat
@@ -65,6 +69,8 @@ class InferenceWorker(threading.Thread):
         self.owns_engine = not isinstance(engine, Engine)  # made by our factory: ours to close
         self._canary_interval_s = canary_interval_s
         self.canary: Canary | None = None
+        self._noise_seed = noise_seed
+        self.noise: NoiseSource | None = None  # set once the engine is loaded, when its policy takes noise
 
     def wait_loaded(self) -> Engine:
         """Block until the engine is loaded on this thread; re-raise the factory's exception."""
@@ -105,6 +111,9 @@ class InferenceWorker(threading.Thread):
             self.engine = factory if isinstance(factory, Engine) else factory()
             self._action_output = self.engine.manifest.action_output
             self.canary = self._make_canary(self.engine)
+            # a reload keeps the generator: the new engine takes the same inputs (replace_engine checks)
+            noise = NoiseSource(self.engine.manifest, self._noise_seed)
+            self.noise = noise if noise.needed else None
         except BaseException as e:
             self._load_error = e
             return
@@ -187,6 +196,8 @@ class InferenceWorker(threading.Thread):
             return self._error(job, started, "verification_failed", failure, None)
         try:
             # the I/O thread validated and ordered the inputs before queueing them
+            if self.noise is not None:
+                self.noise.fill(job.inputs)
             outputs = self.engine.run_validated(job.inputs)
             actions = outputs[self._action_output]
         except InferenceError as e:
@@ -211,6 +222,8 @@ class InferenceWorker(threading.Thread):
             on_done(None, f"verification_failed: {failure}")
             return
         try:
+            if self.noise is not None:
+                self.noise.fill(job.inputs)
             actions = self.engine.run_validated(job.inputs)[self._action_output]
         except InferenceError as e:
             self.stats.error("inference_failed")

@@ -101,9 +101,15 @@ class ScriptedInference:
         self.calls = 0
         self.failure_reason: str | None = None
         self.error: str | None = None
+        self.resets: list[int] = []  # the calls that started a new observation history
+        self.observed: list[tuple[int, bool]] = []  # (calls so far, reset) per observation without a call
 
-    def submit(self, inputs: list[np.ndarray], on_done: Callable[[Any, str | None], None]) -> bool:
+    def submit(
+        self, inputs: list[np.ndarray], on_done: Callable[[Any, str | None], None], *, reset: bool = False
+    ) -> bool:
         self.calls += 1
+        if reset:
+            self.resets.append(self.calls)
         n = self.calls
         state = next(a for a in inputs if a.dtype == np.float32 and a.ndim == 1).copy()
 
@@ -119,6 +125,9 @@ class ScriptedInference:
         t.daemon = True
         t.start()
         return True
+
+    def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
+        self.observed.append((self.calls, reset))
 
     def failure(self) -> str | None:
         return self.failure_reason
@@ -145,7 +154,7 @@ def build_loop(
         streams=(StreamConfig(IMAGE, camera.endpoint, max_age_ms),),
         safety=safety_cfg,
     )
-    streams = ObservationStreams(config.streams, manifest.inputs)
+    streams = ObservationStreams(config.streams, manifest.observation_inputs)
     streams.start()
     loop = ControlLoop(arm.bus, calibration, manifest, config, inference, streams)
     return loop, streams

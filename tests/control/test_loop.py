@@ -35,7 +35,7 @@ def offset(**by_joint: float) -> np.ndarray:
 def run(sim_arm, calibration, manifest, camera):
     made = []
 
-    def make(inference, **kw):
+    def make(inference, manifest=manifest, **kw):
         loop, streams = build_loop(sim_arm, calibration, manifest, inference, camera, **kw)
         made.append((loop, streams))
         loop.start()
@@ -266,3 +266,43 @@ def test_the_loop_thread_runs_on_the_control_cpu(sim_arm, calibration, manifest,
         loop.shutdown()
         streams.stop()
     assert set(loop.cpu_seen) == {cpus[-1]}
+
+
+def test_each_run_starts_a_new_observation_history(run):
+    """The first observation after each start asks the server to start the policy's history from it."""
+    inference = ScriptedInference(lambda n, s: np.repeat(s[None, :], CHUNK, axis=0))
+    loop = run(inference, n_action_steps=10)
+    start(loop)
+    wait_for(lambda: inference.calls >= 3, what="three requests")
+    loop.request("stop", "test")
+    wait_for(lambda: loop.mode == "holding", what="holding")
+    first_of_second_run = inference.calls + 1
+    start(loop)
+    wait_for(lambda: inference.calls >= first_of_second_run + 2, what="requests of the second run")
+    assert inference.resets[:2] == [1, first_of_second_run]
+    assert len(inference.resets) == 2
+    assert inference.observed == []  # the demo policy looks at one observation: nothing between asks
+
+
+def test_a_policy_with_history_sees_every_running_tick(run, manifest):
+    """With observation_history 2 every running tick hands its observation over: an ask, or a frame
+    for the history in between (LeRobot's select_action queues one per step)."""
+    import dataclasses
+
+    from runtime.bundle.manifest import HISTORY_ROLES
+
+    two = tuple(
+        dataclasses.replace(s, shape=(2, *s.shape)) if s.role in HISTORY_ROLES else s for s in manifest.inputs
+    )
+    history_manifest = dataclasses.replace(manifest, inputs=two, observation_history=2)
+    inference = ScriptedInference(lambda n, s: np.repeat(s[None, :], CHUNK, axis=0))
+    loop = run(inference, n_action_steps=10, manifest=history_manifest)
+    start(loop)
+    wait_for(lambda: inference.calls >= 3, what="three requests")
+    loop.request("stop", "test")
+    wait_for(lambda: loop.mode == "holding", what="holding")
+    between = [calls for calls, _ in inference.observed]
+    assert between.count(1) >= 3 and between.count(2) >= 3  # frames between the asks, every tick
+    assert inference.resets == [1]  # the run's first observation (an ask) started the history
+    assert not any(reset for _, reset in inference.observed)
+    assert loop.counters["observations"] == len(inference.observed)

@@ -132,6 +132,19 @@ def test_image_inputs_must_name_inputs(tmp_path: Path) -> None:
         export_bundle(TINY, tmp_path / "b", image_inputs=("observation.images.wrist",))
 
 
+@pytest.mark.parametrize(
+    ("roles", "expected"),
+    [({"observation.wrist": "noise"}, "'observation.wrist': 'noise'"), ({"observation.state": "seed"}, "'seed'")],
+)
+def test_input_roles_must_name_inputs_and_roles(tmp_path: Path, roles: dict[str, str], expected: str) -> None:
+    from runtime.bundle.export import export_bundle
+
+    with pytest.raises(ExportError, match="input roles: expected an input") as err:
+        export_bundle(_batched_policy, tmp_path / "b", input_roles=roles)
+    assert expected in str(err.value) and "image, state, env, other, noise" in str(err.value)
+    assert not (tmp_path / "b").exists()
+
+
 def test_tolerance_option_is_parsed_and_checked() -> None:
     from runtime.bundle.export import parse_tolerance
 
