@@ -27,7 +27,7 @@ from typing import Any, Final
 import numpy as np
 
 from runtime.bundle.bundle import Bundle, sha256_bytes
-from runtime.bundle.manifest import FileEntry, Manifest, TensorSpec, TestCaseEntry
+from runtime.bundle.manifest import HISTORY_ROLES, FileEntry, Manifest, TestCaseEntry
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ExportError, InputValidationError, ParityError, RecordingError
 from runtime.recording.layout import INFO_PATH
@@ -71,8 +71,8 @@ def load_observations(
     rng = np.random.default_rng(0)
     out = []
     for where, arrays in found:
-        for spec in manifest.inputs:
-            if spec.name not in arrays and spec.name == "noise":
+        for spec in manifest.noise_inputs:
+            if spec.name not in arrays:
                 arrays[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
         try:
             ordered = validate_inputs(manifest.inputs, arrays)
@@ -93,9 +93,9 @@ def _npz_observations(root: Path) -> list[tuple[str, dict[str, np.ndarray]]]:
 def _dataset_observations(root: Path, manifest: Manifest, max_frames: int) -> list[tuple[str, dict[str, np.ndarray]]]:
     """Every ``stride``-th frame of every episode, spread so that about ``max_frames`` are taken.
 
-    A bundle input with one more leading axis than the dataset's feature (a policy that looks at
-    ``n_obs_steps`` observations) gets that many frames up to the sampled one, the first repeated at
-    an episode's start as LeRobot's observation queue does.
+    A policy that looks at several observations (the manifest's ``observation_history``, LeRobot's
+    ``n_obs_steps``) gets that many frames up to the sampled one for each observation input, the
+    first repeated at an episode's start as LeRobot's observation queue does.
     """
     from runtime.recording.reader import DatasetReader
 
@@ -108,23 +108,14 @@ def _dataset_observations(root: Path, manifest: Manifest, max_frames: int) -> li
     total = int(reader.info.get("total_frames", 0))
     stride = max(1, -(-total // max_frames))
     wanted = {s.name: s for s in manifest.inputs}
-    history = max(
-        (
-            s.shape[0]
-            for s in manifest.inputs
-            if len(s.shape) == len(reader.features.get(s.name, {}).get("shape", s.shape)) + 1
-        ),
-        default=1,
-    )
+    history = manifest.observation_history
+    stacked = {s.name for s in manifest.inputs if history > 1 and s.role in HISTORY_ROLES}
     found: list[tuple[str, dict[str, np.ndarray]]] = []
     for index in range(reader.num_episodes):
         length = int(reader.episode(index, images=False).length)
         picks = list(range(0, length, stride))[: max_frames - len(found)]
         if not picks:
             break
-        history = max(
-            (s.shape[0] for s in manifest.inputs if s.role in ("image", "state") and len(s.shape) in (2, 4)), default=1
-        )
         keep = sorted({max(0, j - k) for j in picks for k in range(history)})
         try:
             episode = reader.episode(index, keep=keep)
@@ -135,25 +126,21 @@ def _dataset_observations(root: Path, manifest: Manifest, max_frames: int) -> li
             arrays: dict[str, np.ndarray] = {}
             for name, column in episode.columns.items():
                 if name in wanted:
-                    arrays[name] = _with_history(column, j, j, wanted[name])
+                    arrays[name] = _frames(column, j, history if name in stacked else 1)
             for name, frames in episode.images.items():
                 if name in wanted:
-                    arrays[name] = _with_history(frames, slot[j], j, wanted[name], slot)
+                    arrays[name] = _frames(frames, j, history if name in stacked else 1, slot)
             found.append((f"{root} episode {episode.index} frame {j}", arrays))
     return found
 
 
-def _with_history(
-    values: np.ndarray, at: int, frame: int, spec: TensorSpec, slot: Mapping[int, int] | None = None
-) -> np.ndarray:
-    """``values[at]``, or for an input with a history axis the ``spec.shape[0]`` frames ending there."""
-    one = np.array(values[at])  # a copy: table columns are read-only views, torch wants writable arrays
-    if len(spec.shape) != one.ndim + 1:
-        return one
-    n = spec.shape[0]
-    frames = [max(0, frame - n + 1 + k) for k in range(n)]
-    rows = [slot[f] if slot is not None else f for f in frames]
-    return np.stack([np.asarray(values[r]) for r in rows])
+def _frames(values: np.ndarray, frame: int, n: int, slot: Mapping[int, int] | None = None) -> np.ndarray:
+    """Frame ``frame`` of ``values`` (``slot`` maps frame numbers to rows), or with ``n > 1`` the ``n``
+    frames ending there, stacked, the episode's first repeated before its start."""
+    row = (lambda f: slot[f]) if slot is not None else (lambda f: f)
+    if n == 1:
+        return np.array(values[row(frame)])  # a copy: table columns are read-only, torch wants writable arrays
+    return np.stack([np.asarray(values[row(max(0, frame - n + 1 + k))]) for k in range(n)])
 
 
 def action_error(got: np.ndarray, ref: np.ndarray, scale: tuple[float, ...] | None) -> np.ndarray:

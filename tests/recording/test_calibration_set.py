@@ -85,7 +85,7 @@ def test_a_policy_with_history_gets_its_frames_from_the_dataset(demo_bundle: Pat
     m = Bundle.open(demo_bundle).manifest
     # a policy that looks at the last two observations, as Diffusion Policy's n_obs_steps = 2 does
     two = tuple(TensorSpec(s.name, s.dtype, (2, *s.shape), s.role) for s in m.inputs)
-    obs = load_observations(tmp_path / "ds", replace(m, inputs=two), max_frames=5)
+    obs = load_observations(tmp_path / "ds", replace(m, inputs=two, observation_history=2), max_frames=5)
     assert len(obs) == 5
     # at an episode's start the first observation is repeated, as LeRobot's queue does
     np.testing.assert_array_equal(obs[0]["observation.state"], np.stack([states[0][0], states[0][0]]))
