@@ -61,7 +61,7 @@ SCOPES: dict[str, Scope] = {
     ),
     "calibration": Scope(("drivers/calibration.py",), ("tests/drivers/test_calibration.py",)),
     "driver-bus": Scope(("drivers/bus.py",), ("tests/drivers",)),
-    "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_parts.py",)),
+    "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_safety.py", "tests/control/test_parts.py")),
 }
 
 
