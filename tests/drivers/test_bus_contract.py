@@ -184,6 +184,11 @@ class TestWhoFailed:
             f"read Present_Position of id 99 on {bus.port} failed after 3 attempt(s): no reply from id 99 within 20 ms"
         )
         assert (e.value.servo_id, e.value.attempts) == (99, 3)
+        with pytest.raises(ReplyTimeoutError) as e:
+            bus.write_id(99, "Torque_Enable", 0)
+        assert str(e.value) == (
+            f"write Torque_Enable of id 99 on {bus.port} failed after 3 attempt(s): no reply from id 99 within 20 ms"
+        )
 
     def test_a_silent_last_servo_is_named_and_retried_twice(
         self, arm: SimArm, caplog: pytest.LogCaptureFixture

@@ -323,3 +323,15 @@ def test_latency_without_a_count_counts_zero() -> None:
     body["latency_ms"] = {"total": {"p50": 1.5}}
     stats = stats_from_reply(decode_reply([encode_reply("stats", 1, body, TIMING)]))
     assert stats.latency_ms == {"total": Percentiles(0, 1.5, 0.0, 0.0, 0.0)}
+
+
+def test_stats_from_an_older_server_count_no_clients() -> None:
+    assert "clients" not in _stats_wire()
+    assert stats_from_reply(decode_reply([encode_reply("stats", 1, _stats_wire(), TIMING)])).clients == 0
+
+
+def test_a_reply_with_a_msgpack_extension_is_refused_by_type() -> None:
+    header = pack(_header(body={"uptime_s": msgpack.ExtType(5, b"\x00")}))
+    with pytest.raises(ProtocolError) as e:
+        decode_reply([header])
+    assert str(e.value) == "reply header is not msgpack: msgpack extension type 5 is not part of the protocol"
