@@ -53,7 +53,7 @@ SCOPES: dict[str, Scope] = {
     ),
     "lifecycle": Scope(
         ("runtime/sdnotify.py", "runtime/daemon.py"),
-        ("tests/server/test_sdnotify.py", "tests/server/test_daemon_lifecycle.py"),
+        ("tests/server/test_sdnotify.py", "tests/server/test_daemon_lifecycle.py", "tests/server/test_daemon_ticks.py"),
     ),
     "driver-protocol": Scope(
         ("drivers/feetech/protocol.py", "drivers/dynamixel/protocol.py", "drivers/registers.py"),

@@ -1,0 +1,438 @@
+"""The daemon's tick work around a control loop, in-process: what systemd's STATUS= says when the
+loop's mode or e-stop changes, when the watchdog ping is withheld for a stalled loop, how flight
+recordings are spaced, and what shutdown does with the loop first.
+
+The loop here is a stand-in with the attributes the daemon reads (the real loop is exercised with a
+simulated arm in tests/control/test_daemon_control.py); the daemon, its server and its notifier are real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drivers.config import ArmConfig
+from runtime.config import DaemonConfig, DaemonSettings
+from runtime.control.events import EventLog
+from runtime.daemon import AUTO_DUMP_SPACING_S, Daemon
+from runtime.engine.base import Engine
+from runtime.server import ServerConfig
+from tests.server.test_daemon_lifecycle import FakeArm, RecordingNotifier
+
+
+class FakeRecorder:
+    def __init__(self, fail: bool = False) -> None:
+        self.dumps: list[tuple[Path, str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def dump(self, directory: Path, reason: str, extra: dict[str, Any] | None = None) -> Path:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        self.dumps.append((directory, reason, dict(extra or {})))
+        return directory / f"flight-{len(self.dumps)}.npz"
+
+
+class FakeTicker:
+    overruns = 7
+
+
+class FakeEnvelope:
+    def __init__(self) -> None:
+        self.counts = {"limit": 2, "step": 3, "accel": 0, "nonfinite": 0, "refused_chunks": 1}
+
+
+class FakeLoop:
+    """The parts of ControlLoop the daemon reads on its ticks and at shutdown."""
+
+    def __init__(self) -> None:
+        self.events = EventLog()
+        self.dump_requests: deque[str] = deque()
+        self.recorder = FakeRecorder()
+        self.mode = "idle"
+        self.estop_reason: str | None = None
+        self.counters = {"chunks": 12, "starved": 4}
+        self.ticker = FakeTicker()
+        self.envelope = FakeEnvelope()
+        self.alive = True
+        self.stalled_s = 0.0
+        self.rate_hz = 30.0
+        self.shutdown_ok = True
+        self.shutdowns = 0
+
+    def stalled_for(self, now: float) -> float:
+        return self.stalled_s
+
+    def status(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+    def shutdown(self) -> bool:
+        self.shutdowns += 1
+        return self.shutdown_ok
+
+
+class EstopArm(FakeArm):
+    def __init__(self) -> None:
+        super().__init__()
+        self.estops: list[tuple[bool, str]] = []
+
+    def set_estop(self, engaged: bool, reason: str = "") -> None:
+        self.estops.append((engaged, reason))
+
+
+@pytest.fixture
+def daemon(engine: Engine, short_tmp: Path) -> Any:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        # the inference worker's own heartbeat must not stall on the simulated clock below
+        daemon=DaemonSettings(
+            tick_s=0.05, stats_log_interval_s=0, state_dir=str(short_tmp / "state"), inference_stall_s=60.0
+        ),
+    )
+    notifier = RecordingNotifier(watchdog_usec=1_000_000)
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    notifier.daemon = d
+    d.startup()
+    d.loop = FakeLoop()  # type: ignore[assignment]
+    d.arm = EstopArm()  # type: ignore[assignment]
+    notifier.sent.clear()
+    try:
+        yield d
+    finally:
+        d.arm = None
+        d.loop = None
+        d.shutdown()
+
+
+def statuses(d: Daemon) -> list[str]:
+    return [x for f, _, _ in d.notifier.sent for x in f if x.startswith("STATUS=")]  # type: ignore[attr-defined]
+
+
+def test_mode_and_estop_changes_reach_status_once_each(daemon: Daemon) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    arm: EstopArm = daemon.arm  # type: ignore[assignment]
+    daemon.on_tick(0.01)  # idle without an e-stop is where the daemon starts: nothing new to say
+    daemon.on_tick(0.02)
+    loop.mode, loop.estop_reason = "estop", "signal SIGUSR1"
+    daemon.on_tick(0.03)
+    daemon.on_tick(0.04)
+    loop.mode, loop.estop_reason = "idle", None
+    daemon.on_tick(0.05)
+    assert statuses(daemon) == [
+        "STATUS=control estop, E-STOP (signal SIGUSR1), chunks 12, starved ticks 4, overruns 7, safety 6",
+        "STATUS=control idle, no e-stop, chunks 12, starved ticks 4, overruns 7, safety 6",
+    ]
+    assert arm.estops == [(True, "signal SIGUSR1"), (False, "")]
+
+
+def test_a_stalled_loop_withholds_the_watchdog_and_says_so_once(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    daemon._last_watchdog = 0.0
+    with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+        daemon.on_tick(1.0)  # healthy: pinged
+        loop.stalled_s = 0.4
+        daemon.on_tick(2.0)
+        daemon.on_tick(3.0)
+        loop.stalled_s = 0.0
+        daemon.on_tick(4.0)  # recovered: pinged again
+        loop.alive = False  # the loop thread died: no ping either, whatever stalled_for says
+        daemon.on_tick(5.0)
+    pings = [i for i, (f, _, _) in enumerate(daemon.notifier.sent) if f == ("WATCHDOG=1",)]  # type: ignore[attr-defined]
+    assert len(pings) == 2
+    stalls = [r.getMessage() for r in caplog.records if "control loop stalled" in r.getMessage()]
+    assert stalls == [
+        "control loop stalled for 0.4 s (mode idle, alive True); withholding the watchdog ping",
+        "control loop stalled for 1.0 s (mode idle, alive False); withholding the watchdog ping",
+    ]
+
+
+def test_a_loop_that_ended_at_shutdown_does_not_count_as_stalled(daemon: Daemon) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    loop.alive = False
+    daemon.should_exit = True
+    daemon._last_watchdog = 0.0
+    daemon.on_tick(1.0)
+    assert ("WATCHDOG=1",) in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
+
+
+def test_flight_recordings_are_spaced_unless_requested(
+    daemon: Daemon, short_tmp: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    clock = [1000.0]
+    monkeypatch.setattr("runtime.daemon.time.monotonic", lambda: clock[0])
+    with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+        loop.dump_requests.extend(["estop: signal", "bus failure", "requested by ana"])
+        daemon.on_tick(clock[0])
+        clock[0] += AUTO_DUMP_SPACING_S - 0.1
+        loop.dump_requests.append("stall")
+        daemon.on_tick(clock[0])
+        clock[0] += 0.1
+        loop.dump_requests.append("stall again")
+        daemon.on_tick(clock[0])
+    assert [(d, r) for d, r, _ in loop.recorder.dumps] == [
+        (short_tmp / "state", "estop: signal"),
+        (short_tmp / "state", "requested by ana"),
+        (short_tmp / "state", "stall again"),
+    ]
+    assert loop.recorder.dumps[0][2] == {"status": {"mode": "idle"}}
+    assert "flight recorder: not written for bus failure (one was written 0.0 s ago)" in caplog.text
+    assert "flight recorder: not written for stall (one was written 4.9 s ago)" in caplog.text
+    assert not loop.dump_requests
+
+
+def test_a_flight_recording_that_cannot_be_written_is_logged(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    loop.recorder = FakeRecorder(fail=True)
+    loop.dump_requests.append("requested")
+    with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+        daemon.on_tick(1.0)
+    assert "flight recorder: could not write (requested): [Errno 28] No space left on device" in caplog.text
+
+
+def test_shutdown_stops_the_loop_first_and_flushes_what_it_left(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, state_dir=str(short_tmp / "state")),
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    notifier.daemon = d
+    d.startup()
+    loop = FakeLoop()
+    loop.shutdown_ok = False
+    loop.events.emit(logging.WARNING, "safety: chunk refused: %s", "too far")
+    loop.dump_requests.append("requested at shutdown")
+    d.loop = loop  # type: ignore[assignment]
+    notifier.sent.clear()
+    with caplog.at_level(logging.INFO):
+        d.shutdown()
+    assert loop.shutdowns == 1 and d.loop is None and d.failed
+    assert "safety: chunk refused: too far" in caplog.text
+    assert [r for _, r, _ in loop.recorder.dumps] == ["requested at shutdown"]
+    assert "the arm could not be brought to a safe state at shutdown" in caplog.text
+    # the loop stopped while the server still answered: STOPPING=1 first, the server stopped after
+    fields, _, serving = notifier.sent[0]
+    assert fields == ("STOPPING=1", "STATUS=shutting down") and serving
+
+
+class EstopLoop(FakeLoop):
+    def __init__(self) -> None:
+        super().__init__()
+        self.estop_requests: list[str] = []
+
+    def request_estop(self, reason: str) -> None:
+        self.estop_requests.append(reason)
+
+
+def test_sigusr1_latches_the_estop_through_the_loop(daemon: Daemon) -> None:
+    import signal
+
+    loop = EstopLoop()
+    daemon.loop = loop  # type: ignore[assignment]
+    daemon.handle_estop(signal.SIGUSR1, None)
+    assert loop.estop_requests == ["signal SIGUSR1"]
+    daemon.loop = None
+    daemon.handle_estop(signal.SIGUSR1, None)  # no loop (yet): nothing to latch, no error
+
+
+def test_an_arm_change_reaches_status_at_once(daemon: Daemon) -> None:
+    arm: EstopArm = daemon.arm  # type: ignore[assignment]
+    arm.healthy, arm.last_error = False, "servo 3 did not answer"
+    daemon._arm_changed(arm)  # type: ignore[arg-type]
+    assert daemon.server is not None
+    where = ", ".join(daemon.server.bound_endpoints)
+    info = daemon.server.info
+    assert statuses(daemon) == [
+        f"STATUS=arm FAILING: servo 3 did not answer; serving {info.policy_name} on {info.device}/{info.precision} "
+        f"at {where}"
+    ]
+
+
+def _config_text(short_tmp: Path, tick_s: float, stall_s: float) -> str:
+    return f"""
+[server]
+endpoints = ["ipc://{short_tmp}/policy.sock"]
+[arm]
+kind = "none"
+[daemon]
+tick_s = {tick_s}
+stats_log_interval_s = 0
+inference_stall_s = {stall_s}
+"""
+
+
+def test_sighup_applies_daemon_keys_and_survives_a_broken_file(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    from runtime.config import load_config
+
+    path = short_tmp / "c.toml"
+    path.write_text(_config_text(short_tmp, 0.05, 5))
+    d = Daemon(load_config(path), engine_factory=lambda: engine, notifier=RecordingNotifier(), config_path=path)
+    d.startup()
+    try:
+        path.write_text(_config_text(short_tmp, 0.07, 9))
+        d.reload_requested = True
+        with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+            d.on_tick(1.0)  # the flag set by SIGHUP is acted on at the next tick
+        assert not d.reload_requested
+        assert d.config.daemon.tick_s == 0.07 and d._heartbeat is not None and d._heartbeat.deadline_s == 9
+        assert f"reload (SIGHUP) from {path}: " in caplog.text
+        path.write_text("[daemon]\ntick_s = 99\n")
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+            d.reload()
+        assert "reload (SIGHUP) refused, still running the previous config: " in caplog.text
+        assert d.config.daemon.tick_s == 0.07
+        busy = threading.Event()
+        d._reloading = threading.Thread(target=busy.wait, daemon=True)
+        d._reloading.start()
+        path.write_text(_config_text(short_tmp, 0.09, 9))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="runtime.daemon"):
+            d.reload()
+        busy.set()
+        assert "reload (SIGHUP) ignored: the previous reload is still loading the policy" in caplog.text
+        assert d.config.daemon.tick_s == 0.07
+    finally:
+        d.shutdown()
+
+
+def test_a_stuck_worker_withholds_the_watchdog_and_says_where_once(daemon: Daemon) -> None:
+    beat = daemon.liveness.register("test worker", 2.0)
+    beat.beat("running inference 7")
+    t0 = time.monotonic()
+    daemon._last_watchdog = t0 - 10
+    daemon.on_tick(t0 + 5)
+    daemon.on_tick(t0 + 6)
+    assert statuses(daemon) == ["STATUS=STALLED: test worker stuck 5 s while running inference 7"]
+    assert daemon._stalled_names() == ["test worker"]
+    assert ("WATCHDOG=1",) not in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
+    beat.beat("idle")
+    daemon.on_tick(time.monotonic())
+    assert daemon._stalled_names() == []
+    assert ("WATCHDOG=1",) in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
+
+
+def test_tick_work_for_teleop_events_and_the_stats_line(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+
+    class Teleop:
+        def __init__(self) -> None:
+            self.expired: list[float] = []
+
+        def expire(self, now: float) -> None:
+            self.expired.append(now)
+
+    teleop = Teleop()
+    daemon.teleop = teleop  # type: ignore[assignment]
+    daemon.config = dataclasses.replace(
+        daemon.config, daemon=dataclasses.replace(daemon.config.daemon, stats_log_interval_s=10.0)
+    )
+    daemon._last_stats = 0.0
+    loop.events.emit(logging.WARNING, "safety: shoulder_pan limit: %s", "requested 90.00")
+    with caplog.at_level(logging.INFO):
+        daemon.on_tick(5.0)
+        daemon.on_tick(10.0)
+    assert teleop.expired == [5.0, 10.0]
+    assert "safety: shoulder_pan limit: requested 90.00" in caplog.text
+    stats = statuses(daemon)
+    assert len(stats) == 1 and stats[0].startswith("STATUS=requests: ")
+    assert stats[0].endswith("; arm ok; control idle, no e-stop, chunks 12, starved ticks 4, overruns 7, safety 6")
+
+
+def test_startup_paces_from_ready_and_names_what_it_serves(engine: Engine, short_tmp: Path) -> None:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=30.0, arm_poll_s=0.5),
+    )
+    notifier = RecordingNotifier(watchdog_usec=2_000_000)
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    before = time.monotonic()
+    d.startup()
+    try:
+        after = time.monotonic()
+        info = d.server.info  # type: ignore[union-attr]
+        assert [f for f, _, _ in notifier.sent] == [
+            ("STATUS=loading the policy",),
+            (
+                "READY=1",
+                f"STATUS=serving {info.policy_name} on {info.device}/{info.precision} "
+                f"at ipc://{short_tmp}/policy.sock; no arm",
+            ),
+        ]
+        # the watchdog, stats and arm-poll clocks start at READY, not at zero
+        for last in (d._last_watchdog, d._last_stats, d._last_arm_poll):
+            assert before <= last <= after
+        notifier.sent.clear()
+        d.on_tick(after + 0.5)  # half of the 1 s ping interval: nothing yet
+        assert notifier.sent == []
+    finally:
+        d.shutdown()
+
+
+def test_shutdown_releases_the_side_parts_and_a_failed_recording_fails_the_exit(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from runtime.errors import LerobotRuntimeError
+
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0),
+    )
+    d = Daemon(config, engine_factory=lambda: engine, notifier=RecordingNotifier())
+    d.startup()
+    stopped: list[str] = []
+
+    class Part:
+        def __init__(self, name: str, fail: bool = False) -> None:
+            self.name, self.fail = name, fail
+
+        def stop(self) -> None:
+            stopped.append(self.name)
+
+        def close(self) -> None:
+            stopped.append(self.name)
+            if self.fail:
+                raise LerobotRuntimeError("episode 3: could not write the video")
+
+    d.local_leader = Part("leader")  # type: ignore[assignment]
+    d.recorder = Part("recorder", fail=True)  # type: ignore[assignment]
+    d.metrics = Part("metrics")  # type: ignore[assignment]
+    d.streams = Part("streams")  # type: ignore[assignment]
+    with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+        d.shutdown()
+    assert stopped == ["leader", "recorder", "metrics", "streams"]
+    assert (d.local_leader, d.recorder, d.metrics, d.streams) == (None, None, None, None)
+    assert d.failed and "recording: episode 3: could not write the video" in caplog.text
+
+
+def test_a_start_interrupted_while_waiting_for_the_arm_exits_cleanly(engine: Engine, short_tmp: Path) -> None:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)), arm=ArmConfig(kind="none")
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+
+    def interrupted() -> None:
+        raise InterruptedError("stopped while waiting for the arm")
+
+    d.startup = interrupted  # type: ignore[method-assign]
+    assert d.run() == 0
+    assert notifier.fields() == ["STOPPING"]
