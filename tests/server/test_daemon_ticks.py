@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import types
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,8 @@ def test_flight_recordings_are_spaced_unless_requested(
 ) -> None:
     loop: FakeLoop = daemon.loop  # type: ignore[assignment]
     clock = [1000.0]
-    monkeypatch.setattr("runtime.daemon.time.monotonic", lambda: clock[0])
+    # the daemon's clock only: patching time.monotonic itself would move every thread's clock
+    monkeypatch.setattr("runtime.daemon.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     with caplog.at_level(logging.INFO, logger="runtime.daemon"):
         loop.dump_requests.extend(["estop: signal", "bus failure", "requested by ana"])
         daemon.on_tick(clock[0])
@@ -436,3 +438,94 @@ def test_a_start_interrupted_while_waiting_for_the_arm_exits_cleanly(engine: Eng
     d.startup = interrupted  # type: ignore[method-assign]
     assert d.run() == 0
     assert notifier.fields() == ["STOPPING"]
+
+
+def test_with_an_arm_the_control_loop_starts_wired_and_pinned(engine: Engine, short_tmp: Path) -> None:
+    import os
+
+    from runtime.control.handler import LoopControl
+    from runtime.engine.config import EngineConfig
+
+    so101 = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
+    control_cpu = max(os.sched_getaffinity(0))
+    config = DaemonConfig(
+        engine=EngineConfig(control_cpu=control_cpu),
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="sim", calibration=str(so101)),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=1.0, state_dir=str(short_tmp)),
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    reasons: list[str] = []
+    original = notifier.notify
+
+    def notify(*fields: str) -> bool:
+        if fields == ("STATUS=connecting the arm",) and d.server is not None:
+            reasons.append(d.server.no_control_reason)
+        return original(*fields)
+
+    notifier.notify = notify  # type: ignore[method-assign]
+    notifier.daemon = d
+    d.startup()
+    try:
+        loop = d.loop
+        assert loop is not None and d.arm is not None and d.server is not None
+        assert reasons == ["the daemon is starting: its control loop runs once the arm answers"]
+        assert loop.cpu == control_cpu and d.arm.source is loop and d.streams is not None
+        assert isinstance(d.server.control, LoopControl) and d.server.control.loop is loop
+        assert d.teleop is d.server.control.teleop and d.server.control.state_dir == short_tmp
+        ready = next(f for f, _, _ in notifier.sent if f[0] == "READY=1")
+        assert ready[1].endswith(f"; arm sim, control loop at {loop.rate_hz:g} Hz (idle until control start)")
+        assert d.server.arm_status() == d.arm.status()
+    finally:
+        d.shutdown()
+
+
+class FakeEngine:
+    """A loaded policy as the reload path sees it: its info, manifest and close()."""
+
+    def __init__(self, like: Engine, bundle: str) -> None:
+        self.info = dataclasses.replace(like.info, bundle=bundle)
+        self.manifest = like.manifest
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_policy_reload_swaps_on_success_and_keeps_serving_on_failure(
+    daemon: Daemon, engine: Engine, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.engine.config import EngineConfig
+    from runtime.errors import ConfigError
+
+    server = daemon.server
+    assert server is not None
+    old_bundle = engine.info.bundle
+    new_config = dataclasses.replace(daemon.config, engine=EngineConfig(bundle="/srv/policies/next"))
+    # the factory fails: nothing changes, and systemd hears why
+    daemon.engine_factory = lambda: (_ for _ in ()).throw(RuntimeError("parity gate failed"))  # type: ignore[assignment]
+    with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+        daemon._reload_engine(new_config, "id-next")
+    assert statuses(daemon)[-1] == f"STATUS=reload failed, still serving {old_bundle}: parity gate failed"
+    assert daemon.config.engine.bundle != "/srv/policies/next"
+    # the server refuses it: the new engine is closed, the old one kept
+    refused = FakeEngine(engine, "/srv/policies/next")
+    daemon.engine_factory = lambda: refused  # type: ignore[assignment,return-value]
+
+    def refuse(new: Any) -> None:
+        raise ConfigError("its inputs or outputs differ")
+
+    monkeypatch.setattr(server, "replace_engine", refuse)
+    daemon._reload_engine(new_config, "id-next")
+    assert refused.closed == 1 and daemon._bundle_id != "id-next"
+    assert f"reload: its inputs or outputs differ; still serving {old_bundle}" in caplog.text
+    # accepted: the config and the bundle identity follow, systemd hears it
+    accepted = FakeEngine(engine, "/srv/policies/next")
+    daemon.engine_factory = lambda: accepted  # type: ignore[assignment,return-value]
+    swapped: list[Any] = []
+    monkeypatch.setattr(server, "replace_engine", swapped.append)
+    daemon._reload_engine(new_config, "id-next")
+    assert swapped == [accepted] and accepted.closed == 0
+    assert daemon.config.engine.bundle == "/srv/policies/next" and daemon._bundle_id == "id-next"
+    assert statuses(daemon)[-1] == f"STATUS=serving {engine.manifest.policy_name} from /srv/policies/next (reloaded)"
