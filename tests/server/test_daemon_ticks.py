@@ -359,7 +359,7 @@ def test_tick_work_for_teleop_events_and_the_stats_line(daemon: Daemon, caplog: 
 
 def test_startup_paces_from_ready_and_names_what_it_serves(engine: Engine, short_tmp: Path) -> None:
     config = DaemonConfig(
-        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock", f"ipc://{short_tmp}/second.sock")),
         arm=ArmConfig(kind="none"),
         daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=30.0, arm_poll_s=0.5),
     )
@@ -375,7 +375,7 @@ def test_startup_paces_from_ready_and_names_what_it_serves(engine: Engine, short
             (
                 "READY=1",
                 f"STATUS=serving {info.policy_name} on {info.device}/{info.precision} "
-                f"at ipc://{short_tmp}/policy.sock; no arm",
+                f"at ipc://{short_tmp}/policy.sock, ipc://{short_tmp}/second.sock; no arm",
             ),
         ]
         # the watchdog, stats and arm-poll clocks start at READY, not at zero
@@ -423,6 +423,8 @@ def test_shutdown_releases_the_side_parts_and_a_failed_recording_fails_the_exit(
     assert stopped == ["leader", "recorder", "metrics", "streams"]
     assert (d.local_leader, d.recorder, d.metrics, d.streams) == (None, None, None, None)
     assert d.failed and "recording: episode 3: could not write the video" in caplog.text
+    d.shutdown()  # a second shutdown finds every part already released
+    assert stopped == ["leader", "recorder", "metrics", "streams"]
 
 
 def test_a_start_interrupted_while_waiting_for_the_arm_exits_cleanly(engine: Engine, short_tmp: Path) -> None:
