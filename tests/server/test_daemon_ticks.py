@@ -476,6 +476,11 @@ def test_with_an_arm_the_control_loop_starts_wired_and_pinned(engine: Engine, sh
         assert loop.cpu == control_cpu and d.arm.source is loop and d.streams is not None
         assert isinstance(d.server.control, LoopControl) and d.server.control.loop is loop
         assert d.teleop is d.server.control.teleop and d.server.control.state_dir == short_tmp
+        assert d.server.control.inference_thread == d.server.worker_thread_id != 0
+        # the camera threads keep off the inference CPUs when there is a CPU left for them
+        allowed = set(os.sched_getaffinity(0))
+        engine_cpus = set(d.server.engine.info.cpus)
+        assert d.streams._cpus == ((allowed - engine_cpus) or allowed)
         ready = next(f for f, _, _ in notifier.sent if f[0] == "READY=1")
         assert ready[1].endswith(f"; arm sim, control loop at {loop.rate_hz:g} Hz (idle until control start)")
         assert d.server.arm_status() == d.arm.status()
@@ -531,3 +536,91 @@ def test_a_policy_reload_swaps_on_success_and_keeps_serving_on_failure(
     assert swapped == [accepted] and accepted.closed == 0
     assert daemon.config.engine.bundle == "/srv/policies/next" and daemon._bundle_id == "id-next"
     assert statuses(daemon)[-1] == f"STATUS=serving {engine.manifest.policy_name} from /srv/policies/next (reloaded)"
+
+
+def test_sighup_only_sets_the_reload_flag(daemon: Daemon) -> None:
+    import signal
+
+    daemon.handle_exit(signal.SIGHUP, None)
+    assert daemon.reload_requested is True and daemon.should_exit is False
+
+
+def test_sighup_with_a_new_bundle_loads_it_on_its_own_thread(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.config import load_config
+    from runtime.reload import bundle_identity
+
+    bundle = short_tmp / "next"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"policy": "next"}')
+    path = short_tmp / "c.toml"
+    path.write_text(_config_text(short_tmp, 0.05, 5))
+    notifier = RecordingNotifier()
+    d = Daemon(load_config(path), engine_factory=lambda: engine, notifier=notifier, config_path=path)
+    notifier.daemon = d
+    d.startup()
+    try:
+        assert d.server is not None and d._heartbeat is not None
+        assert "inference worker" in d.liveness.names  # the worker's heartbeat is the server's
+        swapped: list[Any] = []
+        monkeypatch.setattr(d.server, "replace_engine", swapped.append)
+        loaded = FakeEngine(engine, str(bundle))
+        d.engine_factory = lambda: loaded  # type: ignore[assignment,return-value]
+        path.write_text(f'[engine]\nbundle = "{bundle}"\n' + _config_text(short_tmp, 0.05, 5))
+        notifier.sent.clear()
+        d.reload()
+        thread = d._reloading
+        assert thread is not None and thread.name == "lerobot-runtime-reload" and thread.daemon
+        thread.join(10)
+        assert statuses(d)[0] == f"STATUS=reloading the policy from {bundle}"
+        assert swapped == [loaded] and d._bundle_id == bundle_identity(str(bundle))
+        # back to the built-in policy
+        path.write_text(_config_text(short_tmp, 0.05, 5))
+        notifier.sent.clear()
+        d.engine_factory = lambda: FakeEngine(engine, "")  # type: ignore[assignment,return-value]
+        d.reload()
+        assert d._reloading is not None
+        d._reloading.join(10)
+        assert statuses(d)[0] == "STATUS=reloading the policy from the built-in bundle"
+        assert d._bundle_id == ""
+    finally:
+        d.shutdown()
+
+
+def test_sighup_without_a_config_file_reads_the_defaults(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    assert daemon.config_path is None
+    with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+        daemon.reload()
+    assert "reload (SIGHUP) from the built-in defaults: " in caplog.text
+
+
+def test_the_metrics_endpoint_reads_the_running_daemon(engine: Engine, short_tmp: Path) -> None:
+    import socket
+    import urllib.request
+
+    from runtime.metrics import MetricsConfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        metrics=MetricsConfig(port=port),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0),
+    )
+    d = Daemon(config, engine_factory=lambda: engine, notifier=RecordingNotifier())
+    d.startup()
+    try:
+        assert d.metrics is not None
+        beat = d.liveness.register("test worker", 0.01)
+        beat.beat("waiting")
+        d.on_tick(time.monotonic() + 1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        assert 'lerobot_runtime_stalled{worker="test worker"} 1.0' in text
+        assert f'policy="{engine.manifest.policy_name}"' in text
+        assert "lerobot_runtime_uptime_seconds " in text
+    finally:
+        d.shutdown()
