@@ -67,6 +67,7 @@ class FakeLoop:
         self.shutdowns = 0
 
     def stalled_for(self, now: float) -> float:
+        assert isinstance(now, float), now  # the loop measures against the tick's clock
         return self.stalled_s
 
     def status(self) -> dict[str, Any]:
@@ -172,9 +173,12 @@ def test_flight_recordings_are_spaced_unless_requested(
     # the daemon's clock only: patching time.monotonic itself would move every thread's clock
     monkeypatch.setattr("runtime.daemon.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     with caplog.at_level(logging.INFO, logger="runtime.daemon"):
-        loop.dump_requests.extend(["estop: signal", "bus failure", "requested by ana"])
+        loop.dump_requests.extend(["estop: signal", "bus failure"])
         daemon.on_tick(clock[0])
-        clock[0] += AUTO_DUMP_SPACING_S - 0.1
+        clock[0] += 2.0
+        loop.dump_requests.append("requested by ana")  # written, and it does not restart the spacing
+        daemon.on_tick(clock[0])
+        clock[0] += AUTO_DUMP_SPACING_S - 2.1
         loop.dump_requests.append("stall")
         daemon.on_tick(clock[0])
         clock[0] += 0.1
@@ -293,6 +297,7 @@ def test_sighup_applies_daemon_keys_and_survives_a_broken_file(
             d.on_tick(1.0)  # the flag set by SIGHUP is acted on at the next tick
         assert not d.reload_requested
         assert d.config.daemon.tick_s == 0.07 and d._heartbeat is not None and d._heartbeat.deadline_s == 9
+        assert d._reloading is None  # same policy: nothing to load
         assert f"reload (SIGHUP) from {path}: " in caplog.text
         path.write_text("[daemon]\ntick_s = 99\n")
         caplog.clear()
@@ -317,14 +322,19 @@ def test_sighup_applies_daemon_keys_and_survives_a_broken_file(
 def test_a_stuck_worker_withholds_the_watchdog_and_says_where_once(daemon: Daemon) -> None:
     beat = daemon.liveness.register("test worker", 2.0)
     beat.beat("running inference 7")
+    other = daemon.liveness.register("camera", 3.0)
+    other.beat("reading a frame")
     t0 = time.monotonic()
     daemon._last_watchdog = t0 - 10
     daemon.on_tick(t0 + 5)
     daemon.on_tick(t0 + 6)
-    assert statuses(daemon) == ["STATUS=STALLED: test worker stuck 5 s while running inference 7"]
-    assert daemon._stalled_names() == ["test worker"]
+    assert statuses(daemon) == [
+        "STATUS=STALLED: test worker stuck 5 s while running inference 7; camera stuck 5 s while reading a frame"
+    ]
+    assert daemon._stalled_names() == ["test worker", "camera"]
     assert ("WATCHDOG=1",) not in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
     beat.beat("idle")
+    other.beat("idle")
     daemon.on_tick(time.monotonic())
     assert daemon._stalled_names() == []
     assert ("WATCHDOG=1",) in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
@@ -343,14 +353,14 @@ def test_tick_work_for_teleop_events_and_the_stats_line(daemon: Daemon, caplog: 
     teleop = Teleop()
     daemon.teleop = teleop  # type: ignore[assignment]
     daemon.config = dataclasses.replace(
-        daemon.config, daemon=dataclasses.replace(daemon.config.daemon, stats_log_interval_s=10.0)
+        daemon.config, daemon=dataclasses.replace(daemon.config.daemon, stats_log_interval_s=1.0)
     )
     daemon._last_stats = 0.0
     loop.events.emit(logging.WARNING, "safety: shoulder_pan limit: %s", "requested 90.00")
     with caplog.at_level(logging.INFO):
-        daemon.on_tick(5.0)
-        daemon.on_tick(10.0)
-    assert teleop.expired == [5.0, 10.0]
+        daemon.on_tick(0.5)
+        daemon.on_tick(1.0)
+    assert teleop.expired == [0.5, 1.0]
     assert "safety: shoulder_pan limit: requested 90.00" in caplog.text
     stats = statuses(daemon)
     assert len(stats) == 1 and stats[0].startswith("STATUS=requests: ")
@@ -623,4 +633,40 @@ def test_the_metrics_endpoint_reads_the_running_daemon(engine: Engine, short_tmp
         assert f'policy="{engine.manifest.policy_name}"' in text
         assert "lerobot_runtime_uptime_seconds " in text
     finally:
+        d.shutdown()
+
+
+def test_the_worker_heartbeat_is_the_servers_and_no_arm_means_no_control_reason(daemon: Daemon) -> None:
+    assert daemon._heartbeat is not None and daemon.server is not None
+    deadline = time.monotonic() + 10
+    while daemon._heartbeat._last[1] == "starting":  # the worker beats it once it runs
+        assert time.monotonic() < deadline, "the inference worker never beat its heartbeat"
+        time.sleep(0.01)
+    assert daemon.server.no_control_reason != "the daemon is starting: its control loop runs once the arm answers"
+
+
+def test_sigterm_while_waiting_for_the_arm_stops_the_wait(engine: Engine, short_tmp: Path) -> None:
+    import threading
+
+    so101 = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="feetech", port=str(short_tmp / "ttyACM9"), calibration=str(so101)),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=60.0),
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    import signal
+
+    timer = threading.Timer(0.5, lambda: d.handle_exit(signal.SIGTERM, None))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(InterruptedError):
+            d.startup()
+        assert time.monotonic() - started < 30  # nowhere near the 60 s wait
+        waits = [f[0] for f, _, _ in notifier.sent if "ttyACM9" in f[0]]
+        assert waits, "the wait for the arm was not reported to systemd"
+    finally:
+        timer.cancel()
         d.shutdown()
