@@ -53,7 +53,7 @@ SCOPES: dict[str, Scope] = {
     ),
     "lifecycle": Scope(
         ("runtime/sdnotify.py", "runtime/daemon.py"),
-        ("tests/server/test_sdnotify.py", "tests/server/test_daemon_lifecycle.py"),
+        ("tests/server/test_sdnotify.py", "tests/server/test_daemon_lifecycle.py", "tests/server/test_daemon_ticks.py"),
     ),
     "driver-protocol": Scope(
         ("drivers/feetech/protocol.py", "drivers/dynamixel/protocol.py", "drivers/registers.py"),
@@ -61,7 +61,7 @@ SCOPES: dict[str, Scope] = {
     ),
     "calibration": Scope(("drivers/calibration.py",), ("tests/drivers/test_calibration.py",)),
     "driver-bus": Scope(("drivers/bus.py",), ("tests/drivers",)),
-    "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_parts.py",)),
+    "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_safety.py", "tests/control/test_parts.py")),
 }
 
 
@@ -100,9 +100,13 @@ pytest_add_cli_args_test_selection = {toml_list([*scope.tests, "-p", "no:cachepr
 also_copy = ["configs", "systemd", "tools"]
 process_isolation = "forkserver"
 forkserver_warmup = "collect"
-# the machine is shared: a generous timeout, so a slow start is not taken for a killed mutant
-timeout_multiplier = 40.0
-timeout_constant = 5.0
+# the machine is shared: a generous timeout, so a slow start is not taken for a killed mutant. mutmut
+# kills a mutant after (measured time of its tests + constant) x multiplier seconds of wall clock;
+# a mutant that hangs a socket test (a thread waiting forever) waits out the whole of it, so the
+# margin is 10x plus 30 s rather than more: at 40x + 200 s a handful of hangs stalled a scope for
+# an hour.
+timeout_multiplier = 10.0
+timeout_constant = 3.0
 use_git_change_detection = false
 # What is logged is read by people, not asserted by tests (except where a log line is the behaviour):
 # log calls are left alone so the score counts decisions, not wording.

@@ -155,6 +155,7 @@ def test_no_stale_goal_after_a_dropped_sync_write(protocol: str, so101: Calibrat
         latest = {n: -5.0 if n != "gripper" else 30.0 for n in bus.joints}
         bus.write_goals(latest)
         assert sim.received[SYNC_WRITE] - before == 2  # the full set went out twice
+        assert bus.last_attempts == 2
         expected = {j.id: j.to_raw(latest[n])[0] for n, j in bus.calibration.joints.items()}
         assert {i: s.goal for i, s in sim.servos.items()} == expected
 
@@ -213,6 +214,6 @@ def test_garbled_reply_from_wrong_id_is_a_transport_error() -> None:
 
     bus = FeetechBus("fake", Calibration({}), retries=1, opener=lambda *_: FakePort())
     bus.connect()
-    with pytest.raises(GarbledPacketError, match="expected a reply from id 1, got one from id 2"):
+    with pytest.raises(GarbledPacketError, match="expected a reply from id 1, got one from id 2") as info:
         bus._transact(bus.codec.ping(1), (1,), 0, what="ping")
-    assert bus.last_attempts == 2
+    assert bus.last_attempts == 2 and info.value.servo_id == 1

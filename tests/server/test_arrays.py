@@ -166,3 +166,13 @@ def test_wire_dtype_and_array() -> None:
     already = np.zeros(3, np.float32)
     assert wire_array(already) is already  # no copy when nothing needs changing
     assert frame_descriptor(out, 2) == {"dtype": "int32", "shape": [4], "frame": 2}
+
+
+def test_one_character_over_is_shortened() -> None:
+    over = "y" * 79  # 81 characters once quoted
+    assert refused({"dtype": over, "shape": [6], "frame": 0}).received == repr(over)[:77] + "..."
+
+
+def test_an_unhashable_dtype_is_refused_like_any_other() -> None:
+    e = refused({"dtype": ["float32"], "shape": [6], "frame": 0})
+    assert (e.field, e.received) == ("obs.state.dtype", "['float32']")

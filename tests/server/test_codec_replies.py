@@ -3,6 +3,7 @@ the client cannot read is refused naming the field (never a KeyError or a silent
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgpack
@@ -241,3 +242,96 @@ def test_malformed_stats_names_the_field(key: str, sub: str | None, message: str
         body[key][sub] = "x"
     with pytest.raises(ProtocolError, match="^" + message.replace(".", r"\.")):
         stats_from_reply(decode_reply([encode_reply("stats", 1, body, TIMING)]))
+
+
+def test_the_wire_says_ok_false_and_infer() -> None:
+    error = msgpack.unpackb(encode_error("infer", 9, ErrorInfo("busy", "queue full"), TIMING))
+    assert error["ok"] is False and error["error"]["code"] == "busy"
+    assert decode_reply(encode_actions_reply(3, np.ones((1, 6), np.float32), TIMING)).kind == "infer"
+
+
+def test_error_replies_are_lenient_about_their_envelope_too() -> None:
+    reply = decode_reply([pack(_header(ok=False, id="7", kind=3, error={"code": "busy"}))])
+    assert (reply.id, reply.kind, reply.ok, list(reply.data)) == (None, None, False, [])
+    reply = decode_reply([pack(_header(timing={"queue_ms": 1}))])
+    assert reply.timing == Timing(1.0, 0.0, 0.0)
+    with pytest.raises(ProtocolError) as e:
+        decode_reply([pack(_header(ok=False, error={"code": 5}))])
+    assert str(e.value) == "error reply without an error code: {'code': 5}"
+
+
+def test_replies_without_an_id_count_as_request_zero() -> None:
+    frames = encode_actions_reply(3, np.ones((1, 6), np.float32), TIMING)
+    header = msgpack.unpackb(frames[0])
+    header["id"] = None
+    assert actions_from_reply(decode_reply([pack(header), frames[1]]), 0).request_id == 0
+    assert pong_from_reply(decode_reply([pack(_header(id=None))]), 0).request_id == 0
+
+
+def test_actions_decode_from_bytes_frames() -> None:
+    frames = [bytes(f) for f in encode_actions_reply(3, np.arange(6, dtype=np.float32).reshape(1, 6), TIMING)]
+    np.testing.assert_array_equal(actions_from_reply(decode_reply(frames), 0).actions, np.arange(6).reshape(1, 6))
+
+
+def test_a_missing_actions_frame_is_named() -> None:
+    frames = encode_actions_reply(1, np.ones((2, 6), np.float32), TIMING)
+    with pytest.raises(ProtocolError) as e:
+        actions_from_reply(decode_reply(frames[:1]), 0)
+    assert str(e.value) == "reply: actions.frame: expected a data frame index in [0, 0), got 0"
+
+
+def test_a_readable_message_for_the_wrong_type() -> None:
+    reply = decode_reply([encode_reply("ping", 1, {"uptime_s": "1"}, TIMING)])
+    with pytest.raises(ProtocolError) as e:
+        pong_from_reply(reply, 0)
+    assert str(e.value) == "reply body.uptime_s: unexpected str '1'"
+
+
+ARM = {"kind": "sim", "healthy": True, "estop": ""}
+
+
+def test_hello_and_stats_carry_the_arm_and_the_rest() -> None:
+    info = dataclasses.replace(INFO, arm=ARM)
+    assert policy_info_from_reply(decode_reply([encode_reply("hello", 1, info.to_wire(), TIMING)])) == info
+    stats = dataclasses.replace(
+        STATS,
+        arm=ARM,
+        clients=3,
+        inference_cpus={1: 40, 0: 2},
+        engine={"engine": "openvino", "device": "CPU"},
+        verification={"checked": 4, "failed": 0},
+    )
+    assert stats_from_reply(decode_reply([encode_reply("stats", 1, stats.to_wire(), TIMING)])) == stats
+    for decode, wire_body in ((policy_info_from_reply, INFO.to_wire()), (stats_from_reply, STATS.to_wire())):
+        wire_body["arm"] = "sim"
+        with pytest.raises(ProtocolError) as e:
+            decode(decode_reply([encode_reply("x", 1, wire_body, TIMING)]))
+        assert str(e.value) == "reply body.arm: expected a map or nil, got str"
+
+
+def test_hello_names_a_bad_action_or_policy_table() -> None:
+    for key in ("action", "policy"):
+        body = INFO.to_wire()
+        body[key] = []
+        with pytest.raises(ProtocolError) as e:
+            policy_info_from_reply(decode_reply([encode_reply("hello", 1, body, TIMING)]))
+        assert str(e.value) == f"reply body.{key}: unexpected list []"
+
+
+def test_latency_without_a_count_counts_zero() -> None:
+    body = _stats_wire()
+    body["latency_ms"] = {"total": {"p50": 1.5}}
+    stats = stats_from_reply(decode_reply([encode_reply("stats", 1, body, TIMING)]))
+    assert stats.latency_ms == {"total": Percentiles(0, 1.5, 0.0, 0.0, 0.0)}
+
+
+def test_stats_from_an_older_server_count_no_clients() -> None:
+    assert "clients" not in _stats_wire()
+    assert stats_from_reply(decode_reply([encode_reply("stats", 1, _stats_wire(), TIMING)])).clients == 0
+
+
+def test_a_reply_with_a_msgpack_extension_is_refused_by_type() -> None:
+    header = pack(_header(body={"uptime_s": msgpack.ExtType(5, b"\x00")}))
+    with pytest.raises(ProtocolError) as e:
+        decode_reply([header])
+    assert str(e.value) == "reply header is not msgpack: msgpack extension type 5 is not part of the protocol"

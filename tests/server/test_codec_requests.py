@@ -12,7 +12,7 @@ import pytest
 from runtime.protocol.codec import decode_request, encode_request
 from runtime.protocol.errors import ServerError
 from runtime.protocol.messages import KINDS as ALL_KINDS
-from runtime.protocol.messages import HelloRequest, InferRequest, PingRequest, StatsRequest
+from runtime.protocol.messages import HelloRequest, InferRequest, PingRequest, StatsRequest, TeleopRequest
 
 LIMIT = 1 << 20
 KINDS = " | ".join(ALL_KINDS)
@@ -280,3 +280,130 @@ def test_msgpack_extensions_are_refused_by_type() -> None:
 def test_long_values_are_shortened() -> None:
     e = refused([pack({"v": 1, "id": 3, "kind": "k" * 100})])
     assert e.received == repr("k" * 100)[:77] + "..."
+
+
+CONTROL = ("control.start", "control.stop", "control.release", "control.status", "control.dump", "control.teleop")
+
+
+def test_control_requests_carry_who_and_reason() -> None:
+    for kind in CONTROL:
+        request = decode_request(encode_request(kind, 4, body={"who": "ana"}), LIMIT)
+        assert (request.id, request.kind, request.who, request.reason) == (4, kind, "ana", "")  # type: ignore[union-attr]
+    estop = decode_request(encode_request("control.estop", 5, body={"who": "bo", "reason": "hand in the way"}), LIMIT)
+    assert (estop.id, estop.kind, estop.who, estop.reason) == (5, "control.estop", "bo", "hand in the way")  # type: ignore[union-attr]
+    bare = decode_request([pack({"v": 1, "id": 6, "kind": "control.estop"})], LIMIT)
+    assert (bare.who, bare.reason) == ("", "")  # type: ignore[union-attr]
+    longest = "w" * 200
+    assert decode_request(encode_request("control.stop", 7, body={"who": longest}), LIMIT).who == longest  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "data", "expected"),
+    [
+        (
+            "control.start",
+            {"reason": "x", "who": "a"},
+            [],
+            ("bad_request", "control.start body: unknown key 'reason'", "body.reason", "who", "reason", 8),
+        ),
+        (
+            "control.estop",
+            {"zeta": 1, "alpha": 2},
+            [],
+            ("bad_request", "control.estop body: unknown key 'alpha'", "body.alpha", "reason, who", "alpha", 8),
+        ),
+        (
+            "control.stop",
+            {"who": "a"},
+            [b"\x00", b"\x01"],
+            ("bad_request", "control.stop: takes no data frames", "(frames)", "who", "2 data frames", 8),
+        ),
+        (
+            "control.estop",
+            {"reason": 5},
+            [],
+            (
+                "bad_request",
+                "control.estop body.reason: expected a string of at most 200 characters, got int 5",
+                "body.reason",
+                "string <= 200 chars",
+                "5",
+                8,
+            ),
+        ),
+        (
+            "control.status",
+            {"who": "w" * 201},
+            [],
+            (
+                "bad_request",
+                "control.status body.who: expected a string of at most 200 characters, got str "
+                + repr("w" * 201)[:77]
+                + "...",
+                "body.who",
+                "string <= 200 chars",
+                repr("w" * 201)[:77] + "...",
+                8,
+            ),
+        ),
+    ],
+)
+def test_control_refusals(kind: str, body: dict[str, Any], data: list[bytes], expected: tuple[Any, ...]) -> None:
+    assert wire(refused([pack({"v": 1, "id": 8, "kind": kind, "body": body}), *data])) == expected
+
+
+def test_a_value_one_character_too_long_to_show_is_shortened() -> None:
+    over = "k" * 79  # 81 characters once quoted
+    assert refused([pack({"v": 1, "id": 3, "kind": over})]).received == repr(over)[:77] + "..."
+    exactly = "k" * 78
+    assert refused([pack({"v": 1, "id": 3, "kind": exactly})]).received == repr(exactly)
+
+
+def test_extension_refusals_name_where_and_which() -> None:
+    header = {"v": 1, "id": 12, "kind": "ping", "body": {"at": msgpack.Timestamp(0)}}
+    assert wire(refused([pack(header)])) == (
+        "bad_request",
+        "header.body.at: msgpack extension type -1 is not part of the protocol",
+        "body.at",
+        "plain msgpack types (nil, bool, int, float, str, bin, array, map)",
+        "extension type -1",
+        12,
+    )
+    ext = msgpack.ExtType(5, b"\x00")
+    assert refused([pack({"v": 1, "id": 13, "kind": "ping", "body": {"x": [1, ext]}})]).message == (
+        "header.body.x[1]: msgpack extension type 5 is not part of the protocol"
+    )
+
+
+def test_an_oversized_message_still_names_its_request() -> None:
+    # A header carrying an extension value is refused later, but its id can be read for the reply.
+    header = pack({"v": 1, "id": 21, "kind": "ping", "body": {"x": msgpack.ExtType(5, b"\x00")}})
+    assert refused([header, b"\x00" * LIMIT]).request_id == 21
+    # unreadable: no id, and no other error than the size
+    e = refused([b"\xc1", b"\x00" * LIMIT])
+    assert (e.code, e.request_id) == ("too_large", None)
+    # a header exactly as large as the limit is still read
+    small = pack({"v": 1, "id": 22, "kind": "ping"})
+    with pytest.raises(ServerError) as info:
+        decode_request([small, b"\x00"], len(small))
+    assert (info.value.code, info.value.request_id) == ("too_large", 22)
+
+
+def test_infer_data_frames_may_be_bytes() -> None:
+    obs = {"state": np.arange(6, dtype=np.float32)}
+    frames = [bytes(f) for f in encode_request("infer", 9, obs)]
+    request = decode_request(frames, LIMIT)
+    np.testing.assert_array_equal(request.observation["state"], obs["state"])  # type: ignore[union-attr]
+
+
+def test_teleop_requests_reach_their_parser_whole() -> None:
+    body = {"session": "ab", "seq": 4, "positions": [1.5, -2, 0.0]}
+    request = decode_request(encode_request("teleop.target", 9, body=body), LIMIT)
+    assert request == TeleopRequest(9, "teleop.target", session="ab", seq=4, positions=(1.5, -2.0, 0.0))
+    e = refused([pack({"v": 1, "id": 10, "kind": "teleop.target", "body": body}), b"\x00"])
+    assert (e.message, e.field, e.received, e.request_id) == (
+        "teleop.target: takes no data frames",
+        "(frames)",
+        "1 data frames",
+        10,
+    )

@@ -111,3 +111,17 @@ def test_watchdog_without_pid_applies_to_us(monkeypatch: pytest.MonkeyPatch) -> 
     assert n.address is None and not n.enabled
     monkeypatch.setenv("NOTIFY_SOCKET", "")
     assert SystemdNotifier.from_env().address is None
+
+
+def test_no_watchdog_variables_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/x")
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    n = SystemdNotifier.from_env()
+    assert n.address == "/run/x" and n.watchdog_usec is None
+
+
+def test_the_smallest_watchdog_timeout_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATCHDOG_USEC", "1")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    assert SystemdNotifier.from_env().watchdog_usec == 1

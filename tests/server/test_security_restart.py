@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,8 +55,9 @@ def test_curve_half_configured_is_an_error() -> None:
 
 
 def test_curve_allows_listed_key_and_rejects_unknown(
-    make_server: Callable[..., PolicyServer], keys: dict[str, Path]
+    make_server: Callable[..., PolicyServer], keys: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="runtime.server.auth")
     curve = CurveConfig(str(keys["server_secret"]), str(keys["allowed"]))
     server = make_server(endpoints=("tcp://127.0.0.1:*",), curve=curve)
     ep = server.bound_endpoints[0]
@@ -66,6 +68,10 @@ def test_curve_allows_listed_key_and_rejects_unknown(
     stranger = ClientCurveKeys.from_files(keys["server_public"], keys["stranger_secret"])
     with PolicyClient(ep, curve=stranger, timeout_s=5.0) as client, pytest.raises(UnauthorizedError):
         client.ping()
+    # the journal names the refused key, under the daemon's own logger
+    stranger_public = zmq.auth.load_certificate(keys["stranger_secret"])[0]
+    denied = {(r.name, r.getMessage()) for r in caplog.records if r.getMessage().startswith("DENIED")}
+    assert denied == {("runtime.server.auth", f"DENIED (CURVE) domain=lerobot-runtime client_key={stranger_public!r}")}
     with PolicyClient(ep, timeout_s=0.5) as plain, pytest.raises(RequestTimeoutError):
         plain.ping()  # a NULL-security client gets no answer from a CURVE socket
 

@@ -1,0 +1,672 @@
+"""The daemon's tick work around a control loop, in-process: what systemd's STATUS= says when the
+loop's mode or e-stop changes, when the watchdog ping is withheld for a stalled loop, how flight
+recordings are spaced, and what shutdown does with the loop first.
+
+The loop here is a stand-in with the attributes the daemon reads (the real loop is exercised with a
+simulated arm in tests/control/test_daemon_control.py); the daemon, its server and its notifier are real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import types
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drivers.config import ArmConfig
+from runtime.config import DaemonConfig, DaemonSettings
+from runtime.control.events import EventLog
+from runtime.daemon import AUTO_DUMP_SPACING_S, Daemon
+from runtime.engine.base import Engine
+from runtime.server import ServerConfig
+from tests.server.test_daemon_lifecycle import FakeArm, RecordingNotifier
+
+
+class FakeRecorder:
+    def __init__(self, fail: bool = False) -> None:
+        self.dumps: list[tuple[Path, str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def dump(self, directory: Path, reason: str, extra: dict[str, Any] | None = None) -> Path:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        self.dumps.append((directory, reason, dict(extra or {})))
+        return directory / f"flight-{len(self.dumps)}.npz"
+
+
+class FakeTicker:
+    overruns = 7
+
+
+class FakeEnvelope:
+    def __init__(self) -> None:
+        self.counts = {"limit": 2, "step": 3, "accel": 0, "nonfinite": 0, "refused_chunks": 1}
+
+
+class FakeLoop:
+    """The parts of ControlLoop the daemon reads on its ticks and at shutdown."""
+
+    def __init__(self) -> None:
+        self.events = EventLog()
+        self.dump_requests: deque[str] = deque()
+        self.recorder = FakeRecorder()
+        self.mode = "idle"
+        self.estop_reason: str | None = None
+        self.counters = {"chunks": 12, "starved": 4}
+        self.ticker = FakeTicker()
+        self.envelope = FakeEnvelope()
+        self.alive = True
+        self.stalled_s = 0.0
+        self.rate_hz = 30.0
+        self.shutdown_ok = True
+        self.shutdowns = 0
+
+    def stalled_for(self, now: float) -> float:
+        assert isinstance(now, float), now  # the loop measures against the tick's clock
+        return self.stalled_s
+
+    def status(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+    def shutdown(self) -> bool:
+        self.shutdowns += 1
+        return self.shutdown_ok
+
+
+class EstopArm(FakeArm):
+    def __init__(self) -> None:
+        super().__init__()
+        self.estops: list[tuple[bool, str]] = []
+
+    def set_estop(self, engaged: bool, reason: str = "") -> None:
+        self.estops.append((engaged, reason))
+
+
+@pytest.fixture
+def daemon(engine: Engine, short_tmp: Path) -> Any:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        # the inference worker's own heartbeat must not stall on the simulated clock below
+        daemon=DaemonSettings(
+            tick_s=0.05, stats_log_interval_s=0, state_dir=str(short_tmp / "state"), inference_stall_s=60.0
+        ),
+    )
+    notifier = RecordingNotifier(watchdog_usec=1_000_000)
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    notifier.daemon = d
+    d.startup()
+    d.loop = FakeLoop()  # type: ignore[assignment]
+    d.arm = EstopArm()  # type: ignore[assignment]
+    notifier.sent.clear()
+    try:
+        yield d
+    finally:
+        d.arm = None
+        d.loop = None
+        d.shutdown()
+
+
+def statuses(d: Daemon) -> list[str]:
+    return [x for f, _, _ in d.notifier.sent for x in f if x.startswith("STATUS=")]  # type: ignore[attr-defined]
+
+
+def test_mode_and_estop_changes_reach_status_once_each(daemon: Daemon) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    arm: EstopArm = daemon.arm  # type: ignore[assignment]
+    daemon.on_tick(0.01)  # idle without an e-stop is where the daemon starts: nothing new to say
+    daemon.on_tick(0.02)
+    loop.mode, loop.estop_reason = "estop", "signal SIGUSR1"
+    daemon.on_tick(0.03)
+    daemon.on_tick(0.04)
+    loop.mode, loop.estop_reason = "idle", None
+    daemon.on_tick(0.05)
+    assert statuses(daemon) == [
+        "STATUS=control estop, E-STOP (signal SIGUSR1), chunks 12, starved ticks 4, overruns 7, safety 6",
+        "STATUS=control idle, no e-stop, chunks 12, starved ticks 4, overruns 7, safety 6",
+    ]
+    assert arm.estops == [(True, "signal SIGUSR1"), (False, "")]
+
+
+def test_a_stalled_loop_withholds_the_watchdog_and_says_so_once(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    daemon._last_watchdog = 0.0
+    with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+        daemon.on_tick(1.0)  # healthy: pinged
+        loop.stalled_s = 0.4
+        daemon.on_tick(2.0)
+        daemon.on_tick(3.0)
+        loop.stalled_s = 0.0
+        daemon.on_tick(4.0)  # recovered: pinged again
+        loop.alive = False  # the loop thread died: no ping either, whatever stalled_for says
+        daemon.on_tick(5.0)
+    pings = [i for i, (f, _, _) in enumerate(daemon.notifier.sent) if f == ("WATCHDOG=1",)]  # type: ignore[attr-defined]
+    assert len(pings) == 2
+    stalls = [r.getMessage() for r in caplog.records if "control loop stalled" in r.getMessage()]
+    assert stalls == [
+        "control loop stalled for 0.4 s (mode idle, alive True); withholding the watchdog ping",
+        "control loop stalled for 1.0 s (mode idle, alive False); withholding the watchdog ping",
+    ]
+
+
+def test_a_loop_that_ended_at_shutdown_does_not_count_as_stalled(daemon: Daemon) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    loop.alive = False
+    daemon.should_exit = True
+    daemon._last_watchdog = 0.0
+    daemon.on_tick(1.0)
+    assert ("WATCHDOG=1",) in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
+
+
+def test_flight_recordings_are_spaced_unless_requested(
+    daemon: Daemon, short_tmp: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    clock = [1000.0]
+    # the daemon's clock only: patching time.monotonic itself would move every thread's clock
+    monkeypatch.setattr("runtime.daemon.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+        loop.dump_requests.extend(["estop: signal", "bus failure"])
+        daemon.on_tick(clock[0])
+        clock[0] += 2.0
+        loop.dump_requests.append("requested by ana")  # written, and it does not restart the spacing
+        daemon.on_tick(clock[0])
+        clock[0] += AUTO_DUMP_SPACING_S - 2.1
+        loop.dump_requests.append("stall")
+        daemon.on_tick(clock[0])
+        clock[0] += 0.1
+        loop.dump_requests.append("stall again")
+        daemon.on_tick(clock[0])
+    assert [(d, r) for d, r, _ in loop.recorder.dumps] == [
+        (short_tmp / "state", "estop: signal"),
+        (short_tmp / "state", "requested by ana"),
+        (short_tmp / "state", "stall again"),
+    ]
+    assert loop.recorder.dumps[0][2] == {"status": {"mode": "idle"}}
+    assert "flight recorder: not written for bus failure (one was written 0.0 s ago)" in caplog.text
+    assert "flight recorder: not written for stall (one was written 4.9 s ago)" in caplog.text
+    assert not loop.dump_requests
+
+
+def test_a_flight_recording_that_cannot_be_written_is_logged(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+    loop.recorder = FakeRecorder(fail=True)
+    loop.dump_requests.append("requested")
+    with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+        daemon.on_tick(1.0)
+    assert "flight recorder: could not write (requested): [Errno 28] No space left on device" in caplog.text
+
+
+def test_shutdown_stops_the_loop_first_and_flushes_what_it_left(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, state_dir=str(short_tmp / "state")),
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    notifier.daemon = d
+    d.startup()
+    loop = FakeLoop()
+    loop.shutdown_ok = False
+    loop.events.emit(logging.WARNING, "safety: chunk refused: %s", "too far")
+    loop.dump_requests.append("requested at shutdown")
+    d.loop = loop  # type: ignore[assignment]
+    notifier.sent.clear()
+    with caplog.at_level(logging.INFO):
+        d.shutdown()
+    assert loop.shutdowns == 1 and d.loop is None and d.failed
+    assert "safety: chunk refused: too far" in caplog.text
+    assert [r for _, r, _ in loop.recorder.dumps] == ["requested at shutdown"]
+    assert "the arm could not be brought to a safe state at shutdown" in caplog.text
+    # the loop stopped while the server still answered: STOPPING=1 first, the server stopped after
+    fields, _, serving = notifier.sent[0]
+    assert fields == ("STOPPING=1", "STATUS=shutting down") and serving
+
+
+class EstopLoop(FakeLoop):
+    def __init__(self) -> None:
+        super().__init__()
+        self.estop_requests: list[str] = []
+
+    def request_estop(self, reason: str) -> None:
+        self.estop_requests.append(reason)
+
+
+def test_sigusr1_latches_the_estop_through_the_loop(daemon: Daemon) -> None:
+    import signal
+
+    loop = EstopLoop()
+    daemon.loop = loop  # type: ignore[assignment]
+    daemon.handle_estop(signal.SIGUSR1, None)
+    assert loop.estop_requests == ["signal SIGUSR1"]
+    daemon.loop = None
+    daemon.handle_estop(signal.SIGUSR1, None)  # no loop (yet): nothing to latch, no error
+
+
+def test_an_arm_change_reaches_status_at_once(daemon: Daemon) -> None:
+    arm: EstopArm = daemon.arm  # type: ignore[assignment]
+    arm.healthy, arm.last_error = False, "servo 3 did not answer"
+    daemon._arm_changed(arm)  # type: ignore[arg-type]
+    assert daemon.server is not None
+    where = ", ".join(daemon.server.bound_endpoints)
+    info = daemon.server.info
+    assert statuses(daemon) == [
+        f"STATUS=arm FAILING: servo 3 did not answer; serving {info.policy_name} on {info.device}/{info.precision} "
+        f"at {where}"
+    ]
+
+
+def _config_text(short_tmp: Path, tick_s: float, stall_s: float) -> str:
+    return f"""
+[server]
+endpoints = ["ipc://{short_tmp}/policy.sock"]
+[arm]
+kind = "none"
+[daemon]
+tick_s = {tick_s}
+stats_log_interval_s = 0
+inference_stall_s = {stall_s}
+"""
+
+
+def test_sighup_applies_daemon_keys_and_survives_a_broken_file(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    from runtime.config import load_config
+
+    path = short_tmp / "c.toml"
+    path.write_text(_config_text(short_tmp, 0.05, 5))
+    d = Daemon(load_config(path), engine_factory=lambda: engine, notifier=RecordingNotifier(), config_path=path)
+    d.startup()
+    try:
+        path.write_text(_config_text(short_tmp, 0.07, 9))
+        d.reload_requested = True
+        with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+            d.on_tick(1.0)  # the flag set by SIGHUP is acted on at the next tick
+        assert not d.reload_requested
+        assert d.config.daemon.tick_s == 0.07 and d._heartbeat is not None and d._heartbeat.deadline_s == 9
+        assert d._reloading is None  # same policy: nothing to load
+        assert f"reload (SIGHUP) from {path}: " in caplog.text
+        path.write_text("[daemon]\ntick_s = 99\n")
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+            d.reload()
+        assert "reload (SIGHUP) refused, still running the previous config: " in caplog.text
+        assert d.config.daemon.tick_s == 0.07
+        busy = threading.Event()
+        d._reloading = threading.Thread(target=busy.wait, daemon=True)
+        d._reloading.start()
+        path.write_text(_config_text(short_tmp, 0.09, 9))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="runtime.daemon"):
+            d.reload()
+        busy.set()
+        assert "reload (SIGHUP) ignored: the previous reload is still loading the policy" in caplog.text
+        assert d.config.daemon.tick_s == 0.07
+    finally:
+        d.shutdown()
+
+
+def test_a_stuck_worker_withholds_the_watchdog_and_says_where_once(daemon: Daemon) -> None:
+    beat = daemon.liveness.register("test worker", 2.0)
+    beat.beat("running inference 7")
+    other = daemon.liveness.register("camera", 3.0)
+    other.beat("reading a frame")
+    t0 = time.monotonic()
+    daemon._last_watchdog = t0 - 10
+    daemon.on_tick(t0 + 5)
+    daemon.on_tick(t0 + 6)
+    assert statuses(daemon) == [
+        "STATUS=STALLED: test worker stuck 5 s while running inference 7; camera stuck 5 s while reading a frame"
+    ]
+    assert daemon._stalled_names() == ["test worker", "camera"]
+    assert ("WATCHDOG=1",) not in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
+    beat.beat("idle")
+    other.beat("idle")
+    daemon.on_tick(time.monotonic())
+    assert daemon._stalled_names() == []
+    assert ("WATCHDOG=1",) in [f for f, _, _ in daemon.notifier.sent]  # type: ignore[attr-defined]
+
+
+def test_tick_work_for_teleop_events_and_the_stats_line(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    loop: FakeLoop = daemon.loop  # type: ignore[assignment]
+
+    class Teleop:
+        def __init__(self) -> None:
+            self.expired: list[float] = []
+
+        def expire(self, now: float) -> None:
+            self.expired.append(now)
+
+    teleop = Teleop()
+    daemon.teleop = teleop  # type: ignore[assignment]
+    daemon.config = dataclasses.replace(
+        daemon.config, daemon=dataclasses.replace(daemon.config.daemon, stats_log_interval_s=1.0)
+    )
+    daemon._last_stats = 0.0
+    loop.events.emit(logging.WARNING, "safety: shoulder_pan limit: %s", "requested 90.00")
+    with caplog.at_level(logging.INFO):
+        daemon.on_tick(0.5)
+        daemon.on_tick(1.0)
+    assert teleop.expired == [0.5, 1.0]
+    assert "safety: shoulder_pan limit: requested 90.00" in caplog.text
+    stats = statuses(daemon)
+    assert len(stats) == 1 and stats[0].startswith("STATUS=requests: ")
+    assert stats[0].endswith("; arm ok; control idle, no e-stop, chunks 12, starved ticks 4, overruns 7, safety 6")
+
+
+def test_startup_paces_from_ready_and_names_what_it_serves(engine: Engine, short_tmp: Path) -> None:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock", f"ipc://{short_tmp}/second.sock")),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=30.0, arm_poll_s=0.5),
+    )
+    notifier = RecordingNotifier(watchdog_usec=2_000_000)
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    before = time.monotonic()
+    d.startup()
+    try:
+        after = time.monotonic()
+        info = d.server.info  # type: ignore[union-attr]
+        assert [f for f, _, _ in notifier.sent] == [
+            ("STATUS=loading the policy",),
+            (
+                "READY=1",
+                f"STATUS=serving {info.policy_name} on {info.device}/{info.precision} "
+                f"at ipc://{short_tmp}/policy.sock, ipc://{short_tmp}/second.sock; no arm",
+            ),
+        ]
+        # the watchdog, stats and arm-poll clocks start at READY, not at zero
+        for last in (d._last_watchdog, d._last_stats, d._last_arm_poll):
+            assert before <= last <= after
+        notifier.sent.clear()
+        d.on_tick(after + 0.5)  # half of the 1 s ping interval: nothing yet
+        assert notifier.sent == []
+    finally:
+        d.shutdown()
+
+
+def test_shutdown_releases_the_side_parts_and_a_failed_recording_fails_the_exit(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from runtime.errors import LerobotRuntimeError
+
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0),
+    )
+    d = Daemon(config, engine_factory=lambda: engine, notifier=RecordingNotifier())
+    d.startup()
+    stopped: list[str] = []
+
+    class Part:
+        def __init__(self, name: str, fail: bool = False) -> None:
+            self.name, self.fail = name, fail
+
+        def stop(self) -> None:
+            stopped.append(self.name)
+
+        def close(self) -> None:
+            stopped.append(self.name)
+            if self.fail:
+                raise LerobotRuntimeError("episode 3: could not write the video")
+
+    d.local_leader = Part("leader")  # type: ignore[assignment]
+    d.recorder = Part("recorder", fail=True)  # type: ignore[assignment]
+    d.metrics = Part("metrics")  # type: ignore[assignment]
+    d.streams = Part("streams")  # type: ignore[assignment]
+    with caplog.at_level(logging.ERROR, logger="runtime.daemon"):
+        d.shutdown()
+    assert stopped == ["leader", "recorder", "metrics", "streams"]
+    assert (d.local_leader, d.recorder, d.metrics, d.streams) == (None, None, None, None)
+    assert d.failed and "recording: episode 3: could not write the video" in caplog.text
+    d.shutdown()  # a second shutdown finds every part already released
+    assert stopped == ["leader", "recorder", "metrics", "streams"]
+
+
+def test_a_start_interrupted_while_waiting_for_the_arm_exits_cleanly(engine: Engine, short_tmp: Path) -> None:
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)), arm=ArmConfig(kind="none")
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+
+    def interrupted() -> None:
+        raise InterruptedError("stopped while waiting for the arm")
+
+    d.startup = interrupted  # type: ignore[method-assign]
+    assert d.run() == 0
+    assert notifier.fields() == ["STOPPING"]
+
+
+def test_with_an_arm_the_control_loop_starts_wired_and_pinned(engine: Engine, short_tmp: Path) -> None:
+    import os
+
+    from runtime.control.handler import LoopControl
+    from runtime.engine.config import EngineConfig
+
+    so101 = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
+    control_cpu = max(os.sched_getaffinity(0))
+    config = DaemonConfig(
+        engine=EngineConfig(control_cpu=control_cpu),
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="sim", calibration=str(so101)),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=1.0, state_dir=str(short_tmp)),
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    reasons: list[str] = []
+    original = notifier.notify
+
+    def notify(*fields: str) -> bool:
+        if fields == ("STATUS=connecting the arm",) and d.server is not None:
+            reasons.append(d.server.no_control_reason)
+        return original(*fields)
+
+    notifier.notify = notify  # type: ignore[method-assign]
+    notifier.daemon = d
+    d.startup()
+    try:
+        loop = d.loop
+        assert loop is not None and d.arm is not None and d.server is not None
+        assert reasons == ["the daemon is starting: its control loop runs once the arm answers"]
+        assert loop.cpu == control_cpu and d.arm.source is loop and d.streams is not None
+        assert isinstance(d.server.control, LoopControl) and d.server.control.loop is loop
+        assert d.teleop is d.server.control.teleop and d.server.control.state_dir == short_tmp
+        assert d.server.control.inference_thread == d.server.worker_thread_id != 0
+        # the camera threads keep off the inference CPUs when there is a CPU left for them
+        allowed = set(os.sched_getaffinity(0))
+        engine_cpus = set(d.server.engine.info.cpus)
+        assert d.streams._cpus == ((allowed - engine_cpus) or allowed)
+        ready = next(f for f, _, _ in notifier.sent if f[0] == "READY=1")
+        assert ready[1].endswith(f"; arm sim, control loop at {loop.rate_hz:g} Hz (idle until control start)")
+        assert d.server.arm_status() == d.arm.status()
+    finally:
+        d.shutdown()
+
+
+class FakeEngine:
+    """A loaded policy as the reload path sees it: its info, manifest and close()."""
+
+    def __init__(self, like: Engine, bundle: str) -> None:
+        self.info = dataclasses.replace(like.info, bundle=bundle)
+        self.manifest = like.manifest
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_policy_reload_swaps_on_success_and_keeps_serving_on_failure(
+    daemon: Daemon, engine: Engine, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.engine.config import EngineConfig
+    from runtime.errors import ConfigError
+
+    server = daemon.server
+    assert server is not None
+    old_bundle = engine.info.bundle
+    new_config = dataclasses.replace(daemon.config, engine=EngineConfig(bundle="/srv/policies/next"))
+    # the factory fails: nothing changes, and systemd hears why
+    daemon.engine_factory = lambda: (_ for _ in ()).throw(RuntimeError("parity gate failed"))  # type: ignore[assignment]
+    with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+        daemon._reload_engine(new_config, "id-next")
+    assert statuses(daemon)[-1] == f"STATUS=reload failed, still serving {old_bundle}: parity gate failed"
+    assert daemon.config.engine.bundle != "/srv/policies/next"
+    # the server refuses it: the new engine is closed, the old one kept
+    refused = FakeEngine(engine, "/srv/policies/next")
+    daemon.engine_factory = lambda: refused  # type: ignore[assignment,return-value]
+
+    def refuse(new: Any) -> None:
+        raise ConfigError("its inputs or outputs differ")
+
+    monkeypatch.setattr(server, "replace_engine", refuse)
+    daemon._reload_engine(new_config, "id-next")
+    assert refused.closed == 1 and daemon._bundle_id != "id-next"
+    assert f"reload: its inputs or outputs differ; still serving {old_bundle}" in caplog.text
+    # accepted: the config and the bundle identity follow, systemd hears it
+    accepted = FakeEngine(engine, "/srv/policies/next")
+    daemon.engine_factory = lambda: accepted  # type: ignore[assignment,return-value]
+    swapped: list[Any] = []
+    monkeypatch.setattr(server, "replace_engine", swapped.append)
+    daemon._reload_engine(new_config, "id-next")
+    assert swapped == [accepted] and accepted.closed == 0
+    assert daemon.config.engine.bundle == "/srv/policies/next" and daemon._bundle_id == "id-next"
+    assert statuses(daemon)[-1] == f"STATUS=serving {engine.manifest.policy_name} from /srv/policies/next (reloaded)"
+
+
+def test_sighup_only_sets_the_reload_flag(daemon: Daemon) -> None:
+    import signal
+
+    daemon.handle_exit(signal.SIGHUP, None)
+    assert daemon.reload_requested is True and daemon.should_exit is False
+
+
+def test_sighup_with_a_new_bundle_loads_it_on_its_own_thread(
+    engine: Engine, short_tmp: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.config import load_config
+    from runtime.reload import bundle_identity
+
+    bundle = short_tmp / "next"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"policy": "next"}')
+    path = short_tmp / "c.toml"
+    path.write_text(_config_text(short_tmp, 0.05, 5))
+    notifier = RecordingNotifier()
+    d = Daemon(load_config(path), engine_factory=lambda: engine, notifier=notifier, config_path=path)
+    notifier.daemon = d
+    d.startup()
+    try:
+        assert d.server is not None and d._heartbeat is not None
+        assert "inference worker" in d.liveness.names  # the worker's heartbeat is the server's
+        swapped: list[Any] = []
+        monkeypatch.setattr(d.server, "replace_engine", swapped.append)
+        loaded = FakeEngine(engine, str(bundle))
+        d.engine_factory = lambda: loaded  # type: ignore[assignment,return-value]
+        path.write_text(f'[engine]\nbundle = "{bundle}"\n' + _config_text(short_tmp, 0.05, 5))
+        notifier.sent.clear()
+        d.reload()
+        thread = d._reloading
+        assert thread is not None and thread.name == "lerobot-runtime-reload" and thread.daemon
+        thread.join(10)
+        assert statuses(d)[0] == f"STATUS=reloading the policy from {bundle}"
+        assert swapped == [loaded] and d._bundle_id == bundle_identity(str(bundle))
+        # back to the built-in policy
+        path.write_text(_config_text(short_tmp, 0.05, 5))
+        notifier.sent.clear()
+        d.engine_factory = lambda: FakeEngine(engine, "")  # type: ignore[assignment,return-value]
+        d.reload()
+        assert d._reloading is not None
+        d._reloading.join(10)
+        assert statuses(d)[0] == "STATUS=reloading the policy from the built-in bundle"
+        assert d._bundle_id == ""
+    finally:
+        d.shutdown()
+
+
+def test_sighup_without_a_config_file_reads_the_defaults(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
+    assert daemon.config_path is None
+    with caplog.at_level(logging.INFO, logger="runtime.daemon"):
+        daemon.reload()
+    assert "reload (SIGHUP) from the built-in defaults: " in caplog.text
+
+
+def test_the_metrics_endpoint_reads_the_running_daemon(engine: Engine, short_tmp: Path) -> None:
+    import socket
+    import urllib.request
+
+    from runtime.metrics import MetricsConfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="none"),
+        metrics=MetricsConfig(port=port),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0),
+    )
+    d = Daemon(config, engine_factory=lambda: engine, notifier=RecordingNotifier())
+    d.startup()
+    try:
+        assert d.metrics is not None
+        beat = d.liveness.register("test worker", 0.01)
+        beat.beat("waiting")
+        d.on_tick(time.monotonic() + 1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        assert 'lerobot_runtime_stalled{worker="test worker"} 1.0' in text
+        assert f'policy="{engine.manifest.policy_name}"' in text
+        assert "lerobot_runtime_uptime_seconds " in text
+    finally:
+        d.shutdown()
+
+
+def test_the_worker_heartbeat_is_the_servers_and_no_arm_means_no_control_reason(daemon: Daemon) -> None:
+    assert daemon._heartbeat is not None and daemon.server is not None
+    deadline = time.monotonic() + 10
+    while daemon._heartbeat._last[1] == "starting":  # the worker beats it once it runs
+        assert time.monotonic() < deadline, "the inference worker never beat its heartbeat"
+        time.sleep(0.01)
+    assert daemon.server.no_control_reason != "the daemon is starting: its control loop runs once the arm answers"
+
+
+def test_sigterm_while_waiting_for_the_arm_stops_the_wait(engine: Engine, short_tmp: Path) -> None:
+    import threading
+
+    so101 = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
+    config = DaemonConfig(
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="feetech", port=str(short_tmp / "ttyACM9"), calibration=str(so101)),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=60.0),
+    )
+    notifier = RecordingNotifier()
+    d = Daemon(config, engine_factory=lambda: engine, notifier=notifier)
+    import signal
+
+    timer = threading.Timer(0.5, lambda: d.handle_exit(signal.SIGTERM, None))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(InterruptedError):
+            d.startup()
+        assert time.monotonic() - started < 30  # nowhere near the 60 s wait
+        waits = [f[0] for f, _, _ in notifier.sent if "ttyACM9" in f[0]]
+        assert waits, "the wait for the arm was not reported to systemd"
+    finally:
+        timer.cancel()
+        d.shutdown()
