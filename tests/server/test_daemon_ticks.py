@@ -9,6 +9,7 @@ simulated arm in tests/control/test_daemon_control.py); the daemon, its server a
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import types
@@ -670,3 +671,100 @@ def test_sigterm_while_waiting_for_the_arm_stops_the_wait(engine: Engine, short_
     finally:
         timer.cancel()
         d.shutdown()
+
+
+class _Streams:
+    """The part of ObservationStreams the recording set-up reads: the names of the stream inputs."""
+
+    names = ("observation.images.front", "observation.state")  # a camera and one that is not one
+
+
+def test_recording_is_set_up_from_the_loop_rate_its_joints_and_the_camera_streams(daemon: Any, tmp_path: Path) -> None:
+    from runtime.control.episodes import EpisodeTap
+    from runtime.recording import EpisodeRecorder, RecordingConfig
+
+    joints = ("a", "b", "c", "d", "e", "f")
+    loop = FakeLoop()
+    loop.names = joints  # type: ignore[attr-defined]
+    daemon.config = dataclasses.replace(daemon.config, recording=RecordingConfig(dataset_dir=str(tmp_path / "ds")))
+    daemon.streams = _Streams()
+    daemon._start_recording(loop, daemon.server)
+    try:
+        recorder = daemon.recorder
+        assert isinstance(recorder, EpisodeRecorder)
+        tap = loop.episodes  # type: ignore[attr-defined]
+        assert isinstance(tap, EpisodeTap)
+        assert tap.recorder is recorder and tap.streams is daemon.streams and tap.events is loop.events
+        info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
+        assert info["fps"] == 30
+        assert info["features"]["observation.state"]["names"] == list(joints)
+        cameras = {k: v["shape"] for k, v in info["features"].items() if v["dtype"] == "video"}
+        assert cameras == {"observation.images.front": [96, 128, 3]}
+    finally:
+        daemon.recorder.close()
+        daemon.recorder = None
+        daemon.streams = None
+
+
+def test_recording_refuses_a_control_rate_that_is_not_whole_hertz(daemon: Any, tmp_path: Path) -> None:
+    from runtime.errors import ConfigError
+    from runtime.recording import RecordingConfig
+
+    loop = FakeLoop()
+    loop.names = ("a",)  # type: ignore[attr-defined]
+    loop.rate_hz = 29.5
+    daemon.config = dataclasses.replace(daemon.config, recording=RecordingConfig(dataset_dir=str(tmp_path / "ds")))
+    with pytest.raises(ConfigError) as err:
+        daemon._start_recording(loop, daemon.server)
+    assert str(err.value) == (
+        "recording: the control rate must be a whole number of Hz to record (LeRobot stores fps as an integer), "
+        "got control.rate_hz 29.5"
+    )
+    assert daemon.recorder is None and not (tmp_path / "ds").exists()
+    loop.rate_hz = 30.0 + 1e-9  # a float's rounding is a whole rate
+    daemon._start_recording(loop, daemon.server)
+    assert json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())["fps"] == 30
+    daemon.recorder.close()
+    daemon.recorder = None
+
+
+class _TeleopPuts:
+    def __init__(self) -> None:
+        self.puts: list[tuple[int, Any, float]] = []
+
+    def put(self, seq: int, positions: Any, t: float) -> None:
+        self.puts.append((seq, positions, t))
+
+
+def test_a_local_leader_is_read_on_its_port_in_the_follower_order(daemon: Any) -> None:
+    from drivers.calibration import load_calibration
+    from drivers.sim.arm import simulator_for
+    from runtime.teleop.config import TeleopConfig
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
+    cal = load_calibration(path)
+    sim = simulator_for(cal, "feetech").start()
+    try:
+        teleop_cfg = TeleopConfig(leader_port=sim.port, leader_calibration=str(path), leader_who="bench leader")
+        daemon.config = dataclasses.replace(daemon.config, teleop=teleop_cfg)
+        follower_order = tuple(reversed(tuple(cal.joints)))
+        loop = types.SimpleNamespace(names=follower_order, period=0.01, teleop=_TeleopPuts())
+        teleop = types.SimpleNamespace(local=None)
+        daemon._start_local_leader(loop, teleop)
+        leader = daemon.local_leader
+        try:
+            assert leader.who == "bench leader" and leader.loop is loop
+            assert teleop.local == f"bench leader on {sim.port}"
+            deadline = time.monotonic() + 10
+            while len(loop.teleop.puts) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seqs = [p[0] for p in loop.teleop.puts[:3]]
+            assert seqs == [1, 2, 3]
+            # read in the follower's joint order: the simulator's positions, last joint first
+            positions = loop.teleop.puts[0][1]
+            assert len(positions) == len(follower_order)
+            assert leader.leader.joints == follower_order
+        finally:
+            leader.stop()
+    finally:
+        sim.stop()
