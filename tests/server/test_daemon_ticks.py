@@ -768,3 +768,47 @@ def test_a_local_leader_is_read_on_its_port_in_the_follower_order(daemon: Any) -
             leader.stop()
     finally:
         sim.stop()
+
+
+def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailable_control_cpu(
+    engine: Engine, short_tmp: Path
+) -> None:
+    from drivers.calibration import load_calibration
+    from drivers.sim.arm import simulator_for
+    from runtime.control.episodes import EpisodeTap
+    from runtime.control.handler import ServerInference
+    from runtime.engine.config import EngineConfig
+    from runtime.recording import RecordingConfig
+    from runtime.teleop.config import TeleopConfig
+
+    so101 = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
+    leader_sim = simulator_for(load_calibration(so101), "feetech").start()
+    teleop = TeleopConfig(leader_port=leader_sim.port, leader_calibration=str(so101), deadman_ms=700)
+    config = DaemonConfig(
+        # a CPU this process may not run on: the loop is left unpinned rather than refused
+        engine=EngineConfig(control_cpu=4095),
+        server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
+        arm=ArmConfig(kind="sim", calibration=str(so101)),
+        daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=1.0, state_dir=str(short_tmp)),
+        recording=RecordingConfig(dataset_dir=str(short_tmp / "ds")),
+        teleop=teleop,
+    )
+    d = Daemon(config, engine_factory=lambda: engine, notifier=RecordingNotifier())
+    try:
+        d.startup()
+        loop = d.loop
+        assert loop is not None and d.server is not None and d.streams is not None
+        assert loop.cpu is None
+        assert isinstance(loop.inference, ServerInference) and loop.inference.server is d.server
+        assert loop.teleop.config == teleop
+        assert isinstance(loop.episodes, EpisodeTap) and loop.episodes.recorder is d.recorder
+        assert d.streams._thread is not None and d.streams._thread.is_alive()
+        assert d.local_leader is not None and d.local_leader.loop is loop
+        assert d.teleop is not None and d.teleop.local == f"local leader on {leader_sim.port}"
+        deadline = time.monotonic() + 10
+        while d.local_leader.reads < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert d.local_leader.reads >= 3
+    finally:
+        d.shutdown()
+        leader_sim.stop()
