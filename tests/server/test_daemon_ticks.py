@@ -809,6 +809,42 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
         while d.local_leader.reads < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert d.local_leader.reads >= 3
+        # the arm's health and e-stop changes reach systemd's STATUS= at once, not at the next stats line
+        d.notifier.sent.clear()  # type: ignore[attr-defined]
+        d.arm.set_estop(True, "pressed on the teach pendant")  # type: ignore[union-attr]
+        assert statuses(d) == [f"STATUS={d.arm.describe()}; {d._serving_status()}"]  # type: ignore[union-attr]
+        assert statuses(d)[0].startswith("STATUS=arm E-STOP: pressed on the teach pendant; serving ")
     finally:
         d.shutdown()
         leader_sim.stop()
+
+
+class StopRecorder:
+    """The server's stop() and snapshot() as _stop_server uses them, with a graceful default of its own."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.calls: list[tuple[float, Any]] = []
+
+    def stop(self, timeout: float = 123.0, force: Any = None) -> None:
+        self.calls.append((timeout, force))
+
+    def snapshot(self) -> Any:
+        return self.real.snapshot()
+
+
+def test_the_server_is_given_the_graceful_timeout_or_none_when_forced(daemon: Daemon) -> None:
+    daemon.config = dataclasses.replace(
+        daemon.config, daemon=dataclasses.replace(daemon.config.daemon, graceful_timeout_s=7.5)
+    )
+    fake = StopRecorder(daemon.server)
+    daemon._stop_server(fake)  # type: ignore[arg-type]
+    ((timeout, force),) = fake.calls
+    assert timeout == 7.5 and callable(force) and force() is False
+    daemon.force_exit = True  # a second Ctrl-C while it waits: the server is told at once
+    assert force() is True
+    fake.calls.clear()
+    daemon._stop_server(fake)  # type: ignore[arg-type]
+    ((timeout, force),) = fake.calls
+    assert timeout == 0.0 and force() is True
+    daemon.force_exit = False
