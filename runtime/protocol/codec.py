@@ -24,6 +24,7 @@ from runtime.protocol.errors import (
     TooLargeError,
     UnsupportedKindError,
     UnsupportedVersionError,
+    refuse_unexpected,
 )
 from runtime.protocol.messages import (
     CONTROL_KINDS,
@@ -273,15 +274,7 @@ _CONTROL_TEXT_MAX: Final = 200
 
 def _parse_control(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Buffer]) -> ControlRequest:
     allowed = {"who", "reason"} if kind == "control.estop" else {"who"}
-    unknown = set(body) - allowed
-    if unknown or data:
-        key = sorted(map(str, unknown))[0] if unknown else "(frames)"
-        raise BadRequestError(
-            f"{kind} body: unknown key {key!r}" if unknown else f"{kind}: takes no data frames",
-            field=f"body.{key}" if unknown else "(frames)",
-            expected=", ".join(sorted(allowed)),
-            received=key if unknown else f"{len(data)} data frames",
-        )
+    refuse_unexpected(kind, body, allowed, data)
     text: dict[str, str] = {}
     for key in allowed:
         value = body.get(key, "")

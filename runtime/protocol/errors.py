@@ -8,6 +8,7 @@ the builtin it also derives from (``ValueError`` for bad requests, ``TimeoutErro
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -71,6 +72,21 @@ class BadRequestError(ServerError, ValueError):
     """The message is not a well-formed request (not msgpack, missing or mistyped field, bad array)."""
 
     code = "bad_request"
+
+
+def refuse_unexpected(kind: str, body: Mapping[Any, Any], allowed: Collection[str], data: Sized) -> None:
+    """Refuse a body key outside ``allowed`` (the first, sorted) or any data frame, for a request
+    ``kind`` that carries only a small map."""
+    unknown = set(body) - set(allowed)
+    if not unknown and not len(data):
+        return
+    key = sorted(map(str, unknown))[0] if unknown else "(frames)"
+    raise BadRequestError(
+        f"{kind} body: unknown key {key!r}" if unknown else f"{kind}: takes no data frames",
+        field=f"body.{key}" if unknown else "(frames)",
+        expected=", ".join(sorted(allowed)) or "no body",
+        received=key if unknown else f"{len(data)} data frames",
+    )
 
 
 class BadInputError(ServerError, ValueError):

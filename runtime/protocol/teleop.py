@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
-from runtime.protocol.errors import BadRequestError
+from runtime.protocol.errors import BadRequestError, refuse_unexpected
 from runtime.protocol.messages import TeleopRequest
 
 MAX_TEXT: Final = 200
@@ -58,15 +58,7 @@ def _text(kind: str, body: dict[Any, Any], key: str) -> str:
 
 def parse_teleop(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Any]) -> TeleopRequest:
     allowed = _KEYS[kind]
-    unknown = set(body) - allowed
-    if unknown or data:
-        key = sorted(map(str, unknown))[0] if unknown else "(frames)"
-        raise BadRequestError(
-            f"{kind} body: unknown key {key!r}" if unknown else f"{kind}: takes no data frames",
-            field=f"body.{key}" if unknown else "(frames)",
-            expected=", ".join(sorted(allowed)) or "no body",
-            received=key if unknown else f"{len(data)} data frames",
-        )
+    refuse_unexpected(kind, body, allowed, data)
     session = _text(kind, body, "session") if "session" in allowed else ""
     who = _text(kind, body, "who") if "who" in allowed else ""
     task = _text(kind, body, "task") if "task" in allowed else ""
