@@ -112,7 +112,7 @@ def _dataset_observations(root: Path, manifest: Manifest, max_frames: int) -> li
     stacked = {s.name for s in manifest.inputs if history > 1 and s.role in HISTORY_ROLES}
     found: list[tuple[str, dict[str, np.ndarray]]] = []
     for index in range(reader.num_episodes):
-        length = int(reader.episode(index, images=False).length)
+        length = reader.episode_length(index)
         picks = list(range(0, length, stride))[: max_frames - len(found)]
         if not picks:
             break

@@ -67,6 +67,12 @@ class DatasetReader:
     def num_episodes(self) -> int:
         return len(self._episodes)
 
+    def episode_length(self, index: int) -> int:
+        """Frames in episode ``index``, from the episodes metadata (no table or video is read)."""
+        if not 0 <= index < len(self._episodes):
+            raise RecordingError(f"episode {index}: the dataset has episodes 0..{len(self._episodes) - 1}")
+        return int(self._episodes[index]["length"])
+
     @property
     def camera_keys(self) -> list[str]:
         return [k for k, ft in self.features.items() if ft["dtype"] == "video"]
