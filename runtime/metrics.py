@@ -112,7 +112,9 @@ class RuntimeCollector:
             )
             if canary.get("last_max_abs_err") is not None:
                 yield GaugeMetricFamily(
-                    f"{PREFIX}_canary_error", "Max abs error of the last canary check", value=canary["last_max_abs_err"]
+                    f"{PREFIX}_canary_error",
+                    "Max error of the last canary check, in the test case's units (as the load gate)",
+                    value=canary["last_max_abs_err"],
                 )
             if canary.get("last_check_ms") is not None:
                 yield GaugeMetricFamily(

@@ -21,7 +21,7 @@ import numpy as np
 
 from runtime.bundle.bundle import TestCase
 from runtime.engine.base import Engine
-from runtime.engine.parity import ParityResult, case_tolerance, compare
+from runtime.engine.parity import ParityResult, case_tolerance, judge
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ class CanaryState:
     last_max_abs_err: float | None = None
     worst_max_abs_err: float | None = None
     tolerance: float | None = None
+    units: str | None = None  # what the errors are measured in: the test case's scale, as at load
     last_check_ms: float | None = None
     max_check_ms: float | None = None
     failed: bool = False
@@ -47,6 +48,7 @@ class CanaryState:
             "last_max_abs_err": self.last_max_abs_err,
             "worst_max_abs_err": self.worst_max_abs_err,
             "tolerance": self.tolerance,
+            "units": self.units,
             "last_check_ms": self.last_check_ms,
             "max_check_ms": self.max_check_ms,
             "failed": self.failed,
@@ -103,7 +105,7 @@ class Canary:
         try:
             for name, src in self._case.inputs.items():
                 np.copyto(self._inputs[name], src)
-            result = compare(engine.infer(self._inputs), self._case.outputs, tolerance)
+            result = judge(engine, self._case, engine.infer(self._inputs))
             error: str | None = None if result.ok else result.describe()
         except Exception as e:
             # An engine that cannot run its own test case any more is not fit to serve either; and
@@ -126,6 +128,7 @@ class Canary:
             last_max_abs_err=err,
             worst_max_abs_err=worst,
             tolerance=tolerance,
+            units=result.units if result is not None else s.units,
             last_check_ms=round(ms, 3),
             max_check_ms=round(max(ms, s.max_check_ms or 0.0), 3),
         )

@@ -118,6 +118,17 @@ def case_tolerance(engine: Engine, case: TestCase) -> float:
     return case.tolerance.get(key, case.tolerance.get("f32", 2e-5))
 
 
+def judge(engine: Engine, case: TestCase, outputs: dict[str, np.ndarray]) -> ParityResult:
+    """``outputs`` of ``engine`` for ``case``'s inputs against the reference: the one comparison that the
+    load gate and the serving canary both make, in the case's units and at the engine's tolerance.
+
+    Errors are divided by the case's ``scale`` (normalised units for a LeRobot policy): holding an
+    absolute error in degrees to a tolerance meant for normalised units would fail every real-size
+    policy whose actions are tens of degrees.
+    """
+    return compare(outputs, case.outputs, case_tolerance(engine, case), case.scale, case.scale_source)
+
+
 def check_once(engine: Engine, case: TestCase) -> ParityResult:
     """One replay of the test case through ``engine``, compared with the reference.
 
@@ -125,7 +136,7 @@ def check_once(engine: Engine, case: TestCase) -> ParityResult:
     input buffers (a known OpenVINO failure) must not corrupt the case for the next replay.
     """
     inputs = {k: v.copy() for k, v in case.inputs.items()}
-    return compare(engine.infer(inputs), case.outputs, case_tolerance(engine, case), case.scale, case.scale_source)
+    return judge(engine, case, engine.infer(inputs))
 
 
 def run_parity(engine: Engine, case: TestCase, runs: int = 1) -> ParityResult:

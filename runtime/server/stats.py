@@ -94,5 +94,7 @@ def verification_line(v: Mapping[str, Any]) -> str:
     if v.get("failed"):
         return f"; VERIFICATION FAILED: {v.get('failure')}"
     err = v.get("last_max_abs_err")
-    last = "none yet" if err is None else f"last error {err:.3g}"
+    units = v.get("units")
+    in_units = f" {units}" if units and units != "absolute" else ""
+    last = "none yet" if err is None else f"last error {err:.3g}{in_units}"
     return f"; canary ok ({v.get('checks', 0)} checks, {last})"

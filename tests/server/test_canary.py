@@ -120,3 +120,31 @@ def test_a_reload_clears_a_failed_canary_and_checks_the_new_engine(make_server: 
         np.testing.assert_allclose(client.infer({STATE: state}).actions, reference(state), atol=1e-5)
     wait_until(lambda: server.snapshot().verification.get("checks", 0) >= 2, what="checks of the new engine")
     assert server.verification_failure is None and good.calls >= 3
+
+
+def test_errors_are_judged_in_the_test_cases_units_as_at_load(make_server: Callable[..., PolicyServer]) -> None:
+    """Outputs of tens of degrees: an absolute error of 1e-4 is 3e-6 of a 30-degree scale, well inside
+    the f32 tolerance (2e-5) the gate applied in those units; the canary must agree with the gate
+    over many periods, and still catch a real drift."""
+    from runtime.engine.parity import run_parity
+
+    engine = DriftingEngine(good_calls=10**6)
+    state = np.linspace(-1, 1, 6).astype(np.float32)
+    scale = (30.0,) * 6
+    off = reference(state) + np.float32(1e-4)
+    case = TestCase({STATE: state}, {ACTION: off}, {"f32": 2e-5}, {ACTION: scale}, "action std")
+    engine.test_case = case
+    assert run_parity(engine, case, 2).ok  # the load gate passes it
+    server = make_server(engine, canary_interval_s=0.02)
+    wait_until(lambda: server.snapshot().verification.get("checks", 0) >= 10, what="ten canary checks")
+    v = server.snapshot().verification
+    assert v["failed"] is False, v["failure"]
+    assert v["units"] == "action std"
+    assert v["worst_max_abs_err"] == pytest.approx(1e-4 / 30, rel=0.05)
+    assert "action std" in stats_line(server.snapshot())
+
+    drifting = DriftingEngine(good_calls=2)
+    drifting.test_case = case
+    server.replace_engine(drifting)
+    wait_until(lambda: server.verification_failure is not None, what="the canary to catch the drift")
+    assert "in units of action std" in str(server.verification_failure)
