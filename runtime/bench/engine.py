@@ -8,6 +8,7 @@ was imported on that path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -43,6 +44,8 @@ def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = 
         "--runs",
         "3",
         "--json",
+        # what each engine costs to start, whatever arithmetic this CPU gives it
+        "--accept-lower-arithmetic",
     ]
     if cpus:
         cmd += ["--cpus", ",".join(map(str, cpus))]
@@ -91,9 +94,13 @@ def run_engine_bench(
     cpus: tuple[int, ...] = (),
     control_cpu: int = 0,
     threads: int = 0,
+    peer: bool = True,
 ) -> dict[str, Any]:
     """Eager PyTorch f32 against f32, bf16 and INT8 programs on both engines, interleaved, one process.
 
+    With ``peer`` (and int8 among ``precisions``), one more row: the best INT8 peer, OpenVINO with
+    NNCF straight from PyTorch (``openvino.convert_model`` + ``nncf.quantize``, transformer preset)
+    on the same calibration observations, compiled with the plugin's defaults on the same threads.
     Each row's ``error`` is its largest action error against eager f32 in the bundle's parity units
     (normalised action units for a LeRobot checkpoint), ``max_abs_err`` the same in absolute units.
     """
@@ -154,7 +161,8 @@ def run_engine_bench(
         candidates: list[tuple[str, Callable[[], dict[str, np.ndarray]], str]] = [("eager_pytorch_f32", eager, "f32")]
         engines = []
         for precision, bundle in bundles.items():
-            hint: PrecisionChoice = "f32" if precision == "int8" else precision  # type: ignore[assignment]
+            # int8: the program's own choice (its float layers at the CPU's fastest precision)
+            hint: PrecisionChoice = "auto" if precision == "int8" else precision  # type: ignore[assignment]
             kinds: tuple[EngineChoice, ...] = ("openvino", "executorch")
             for kind in kinds:
                 report = LoadReport()
@@ -166,6 +174,8 @@ def run_engine_bench(
                         cpus=tuple(cpu_set),
                         threads=n_threads,
                         allow_parity_failure=True,
+                        # the bench shows what each engine computes, bf16 defaults included
+                        accept_lower_arithmetic=True,
                         warmup_runs=2,
                     ),
                     report=report,
@@ -173,6 +183,10 @@ def run_engine_bench(
                 engines.append(engine)
                 ran = f"{engine.info.precision} (arithmetic {engine.info.arithmetic})"
                 candidates.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
+
+        if "int8" in precisions and peer:
+            run_peer, peer_ran = nncf_peer(model, example, bundles["f32"], source, n_threads, batched)
+            candidates.append(("peer_openvino_nncf_int8", run_peer, peer_ran))
 
         for _, fn, _ in candidates:  # warm every candidate once more after all are loaded
             fn()
@@ -218,6 +232,55 @@ def run_engine_bench(
         "cold_start": cs,
         "machine": {"cpu_count": os.cpu_count(), "cpu_flags": cpu_flags()},
     }
+
+
+def nncf_peer(
+    model: Any, example: dict[str, Any], f32: Any, calibration: str, threads: int, batched: bool
+) -> tuple[Callable[[], dict[str, np.ndarray]], str]:
+    """The INT8 peer: OpenVINO + NNCF straight from PyTorch, calibrated on the observations that
+    ``quantize`` calibrates on (the same split), run on the bundle's test-case inputs."""
+    import nncf
+    import openvino as ov
+    import torch
+
+    from runtime.bundle.quantize import load_observations
+    from runtime.engine.precision import executed_precision
+
+    manifest = f32.manifest
+    names = [s.name for s in manifest.inputs]
+    observations = load_observations(calibration, manifest)
+    calib = observations[: -max(1, round(len(observations) * 0.25))]  # quantize's default hold-out
+
+    def feed(obs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [obs[n][None] if batched else obs[n] for n in names]
+
+    with torch.no_grad():
+        converted = ov.convert_model(model, example_input=tuple(example.values()))
+    dataset = nncf.Dataset(calib, feed)
+    options: dict[str, Any] = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(calib)}
+    # NNCF prints its progress; stdout belongs to the command's result (--json)
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            quantized = nncf.quantize(converted, dataset, **options)
+        except TypeError as e:
+            # as in quantize: NNCF's bias correction fails on layers fed unbatched 1-D tensors
+            log.warning("peer: NNCF bias correction failed (%s); quantising without it", e)
+            from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+
+            advanced = AdvancedQuantizationParameters(disable_bias_correction=True)
+            quantized = nncf.quantize(converted, dataset, advanced_parameters=advanced, **options)
+    compiled = ov.Core().compile_model(
+        quantized, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False}
+    )
+    request = compiled.create_infer_request()
+    inputs = feed(f32.test_case().inputs)
+    name = manifest.action_output
+
+    def run() -> dict[str, np.ndarray]:
+        out = np.array(request.infer(inputs, share_inputs=True)[0], copy=True)
+        return {name: out[0] if batched else out}
+
+    return run, f"int8 (arithmetic {executed_precision(compiled)})"
 
 
 def cpu_flags() -> list[str]:

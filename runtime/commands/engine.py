@@ -58,6 +58,12 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--control-cpu", type=int, default=0, help="CPU kept for the control loop (default 0)")
     p.add_argument("--threads", type=int, default=0, help="inference threads (default: one per inference CPU)")
+    p.add_argument(
+        "--accept-lower-arithmetic",
+        action="store_true",
+        help="let the executorch engine run a program below its precision where the device defaults lower "
+        "(an f32 program at bf16 on a CPU with native bf16), held to that tolerance",
+    )
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -161,6 +167,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--cpus", type=parse_cpu_list, default=(), metavar="LIST")
     p.add_argument("--control-cpu", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="leave out the peer row (OpenVINO + NNCF INT8 straight from PyTorch, same calibration)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench_engine)
 
@@ -247,6 +258,7 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         threads=args.threads,
         parity_runs=args.parity_runs,
         allow_parity_failure=True,
+        accept_lower_arithmetic=args.accept_lower_arithmetic,
     )
     path = resolve_bundle_path(config)
     bundle = Bundle.open(path, verify_all=True)
@@ -326,6 +338,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
         cpus=args.cpus,
         control_cpu=args.control_cpu,
         threads=args.threads,
+        peer=not args.no_peer,
     )
     if args.json:
         print(json.dumps(result, indent=2))
@@ -333,7 +346,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
         print(f"CPU flags: {' '.join(result['machine']['cpu_flags']) or 'none of AVX2/AVX-512/VNNI/BF16/AMX'}")
         for row in result["rows"]:
             print(
-                f"{row['name']:<22} median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
+                f"{row['name']:<24} median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
                 f"x{row['speedup_vs_eager']:.2f} vs eager  error {row['error']:.2g} ({row['precision']})"
             )
         print(f"errors in units of {result['rows'][0]['error_units']}")

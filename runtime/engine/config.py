@@ -21,6 +21,10 @@ class EngineConfig:
     that set. ``precision`` "auto" keeps the precision the program was lowered with. The parity
     gate replays the test case ``parity_runs`` times in a row (the first is the cold inference), each
     result checked; ``warmup_runs`` more follow before the engine is ready.
+    ``accept_lower_arithmetic``: let the executorch engine serve a program at the device's default
+    arithmetic when that is less exact than the program (an f32 program on a CPU with native bf16,
+    where ExecuTorch 1.5.1's backend cannot ask OpenVINO for f32); held to that precision's tolerance.
+    Off, such a load is refused with the ways out.
     """
 
     bundle: str = ""
@@ -34,6 +38,7 @@ class EngineConfig:
     warmup_runs: int = 1
     parity_runs: int = 16
     allow_parity_failure: bool = False
+    accept_lower_arithmetic: bool = False
 
     def __post_init__(self) -> None:
         for dev in self.devices:

@@ -43,7 +43,32 @@ def _import_failure(ov: Any, method: MethodInfo, device: str) -> str | None:
     return None
 
 
-def _import_runtime() -> tuple[Any, Any, Any]:
+def lower_arithmetic(program_precision: str, arithmetic: str) -> bool:
+    """True when the device would compute a float program less exactly than it was lowered
+    (int8 programs are held to their accuracy gate, whatever precision runs their float layers)."""
+    return program_precision != "int8" and lower_of(arithmetic, program_precision) != program_precision
+
+
+def lower_arithmetic_refusal(
+    where: str, device: str, program_precision: str, arithmetic: str, direct_refusal: str | None
+) -> str:
+    """The one-line refusal of an executorch load that would compute below the program's precision."""
+    first = (
+        f"the openvino engine cannot run this program ({direct_refusal}), so lower it for {arithmetic}"
+        if direct_refusal
+        else f"--engine openvino, which runs it at {program_precision}"
+    )
+    return (
+        f"{where}: the executorch engine would compute this {program_precision} program at {arithmetic} on "
+        f"{device} (OpenVINO's {device} default here, and ExecuTorch 1.5.1's backend passes OpenVINO no "
+        f"precision); refusing rather than serving {arithmetic} arithmetic unasked. Ways out: {first}; a "
+        f"{arithmetic} program (lerobot-runtime lower BUNDLE --precision {arithmetic}); or "
+        f"engine.accept_lower_arithmetic = true (--accept-lower-arithmetic) to serve it at {arithmetic}, "
+        f"held to the {arithmetic} tolerance"
+    )
+
+
+def import_runtime() -> tuple[Any, Any, Any]:
     try:
         import torch
         from executorch.runtime import Runtime, Verification
@@ -68,13 +93,15 @@ class ExecuTorchEngine(Engine):
         requested_precision: str | None,
         cpus: list[int],
         program_precision: str = "f32",
+        read_back: tuple[str, int] | None = None,
     ) -> None:
         """``requested_precision``: a precision asked for at load, which this engine cannot apply
         (said in the log when the device runs another); ``program_precision``: what the program was
-        lowered at, which it carries in its graph."""
+        lowered at, which it carries in its graph; ``read_back``: :meth:`read_back` of the same method
+        and device when the caller already has it (importing a large blob takes seconds)."""
         import openvino as ov
 
-        torch, Runtime, Verification = _import_runtime()
+        torch, Runtime, Verification = import_runtime()
         rt = Runtime.get()
         if not rt.backend_registry.is_available("OpenvinoBackend"):
             raise MissingDependencyError(
@@ -100,8 +127,8 @@ class ExecuTorchEngine(Engine):
         self._native = self._method._method
         self._output_views = [t.numpy() for t in self._native.get_outputs(clone_outputs=False)]
 
-        arithmetic, threads = self._read_back(ov, method, device)
-        if requested_precision and requested_precision != program_precision and requested_precision != arithmetic:
+        arithmetic, threads = read_back or self.read_back(method, device)
+        if requested_precision and requested_precision != lower_of(program_precision, arithmetic):
             log.warning(
                 "engine executorch cannot apply INFERENCE_PRECISION_HINT=%s: ExecuTorch's OpenVINO backend "
                 "passes no properties at load, so %s computes at %s; lower the bundle for that precision "
@@ -111,10 +138,11 @@ class ExecuTorchEngine(Engine):
                 arithmetic,
                 requested_precision,
             )
-        elif lower_of(arithmetic, program_precision) != program_precision and program_precision != "int8":
+        elif lower_arithmetic(program_precision, arithmetic):
             log.warning(
                 "%s computes this %s program at %s (the plugin's default, which ExecuTorch's OpenVINO backend "
-                "cannot change): the parity gate holds it to the %s tolerance; --engine openvino runs it at %s",
+                "cannot change), as engine.accept_lower_arithmetic allows: the parity gate holds it to the %s "
+                "tolerance; --engine openvino runs it at %s",
                 device,
                 program_precision,
                 arithmetic,
@@ -151,9 +179,11 @@ class ExecuTorchEngine(Engine):
         super().__init__(manifest, info)
 
     @staticmethod
-    def _read_back(ov: Any, method: MethodInfo, device: str) -> tuple[str, int]:
+    def read_back(method: MethodInfo, device: str) -> tuple[str, int]:
         """Arithmetic precision and threads the backend really runs with: import the blob as it does,
-        with no properties, and read OpenVINO's execution graph."""
+        with no properties, and read OpenVINO's execution graph. Needs OpenVINO only, not ExecuTorch."""
+        import openvino as ov
+
         blobs = [d for d in method.delegates if d.backend_id == "OpenvinoBackend"]
         if not blobs:
             return "f32", 0  # nothing delegated: portable kernels, single-threaded float32

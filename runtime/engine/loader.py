@@ -117,8 +117,17 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             program_precision=entry.precision,
         )
     else:
-        from runtime.engine.executorch_engine import ExecuTorchEngine
+        from runtime.engine.executorch_engine import (
+            ExecuTorchEngine,
+            import_runtime,
+            lower_arithmetic,
+            lower_arithmetic_refusal,
+        )
 
+        import_runtime()  # a missing ExecuTorch install is said first, before anything about its arithmetic
+        read_back = ExecuTorchEngine.read_back(method, device)
+        if lower_arithmetic(entry.precision, read_back[0]) and not config.accept_lower_arithmetic:
+            raise BundleError(lower_arithmetic_refusal(str(path), device, entry.precision, read_back[0], refusal))
         engine = ExecuTorchEngine(
             manifest,
             # the verified bytes (ExecuTorch takes bytes only): reading the file itself, it would see
@@ -131,6 +140,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             requested_precision=None if config.precision == "auto" else config.precision,
             cpus=cpus,
             program_precision=entry.precision,
+            read_back=read_back,
         )
     # the buffer stays only as long as an engine needs it (the openvino engine holds its blob)
     del data, method

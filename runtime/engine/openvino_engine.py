@@ -80,8 +80,9 @@ class OpenVINOEngine(Engine):
         if blob_device and blob_device != device:
             raise BundleError(f"{bundle}/{program}: the delegate was compiled for {blob_device}, not {device}")
         props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
-        if precision:
-            props["INFERENCE_PRECISION_HINT"] = OV_HINT[precision]
+        hint = OV_HINT[precision] if precision else None
+        if hint:
+            props["INFERENCE_PRECISION_HINT"] = hint
         if device == "CPU":
             props["INFERENCE_NUM_THREADS"] = threads
             # Off on purpose: with it on, OpenVINO moves the calling thread to cores of its own choosing

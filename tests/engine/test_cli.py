@@ -140,6 +140,7 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
         "executorch_bf16",
         "openvino_int8",
         "executorch_int8",
+        "peer_openvino_nncf_int8",
     ]
     for row in rows.values():
         assert row["median_ms"] > 0 and row["speedup_vs_eager"] > 0
@@ -147,6 +148,9 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
     assert rows["openvino_f32"]["error"] < 2e-5  # f32 engine matches eager
     assert rows["openvino_int8"]["precision"].startswith("int8")
     assert 0 < rows["openvino_int8"]["error"] < 1  # quantised: not exact, not garbage
+    assert 0 < rows["peer_openvino_nncf_int8"]["error"] < 1  # the peer quantised the same model
+    # an INT8 program's float layers run at the CPU's fastest precision, on both engines alike
+    assert rows["openvino_int8"]["precision"] == rows["executorch_int8"]["precision"]
     assert result["int8"]["calibration"].startswith("synthetic")
     assert result["machine"]["cpu_flags"]  # the flags that explain the numbers
     cold = result["cold_start"]

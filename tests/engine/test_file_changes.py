@@ -18,14 +18,18 @@ from runtime.bundle.bundle import Bundle
 from runtime.engine.config import EngineConfig
 from runtime.engine.loader import load_engine
 bundle = sys.argv[1]
-engine = load_engine(EngineConfig(bundle=bundle, engine=sys.argv[2], devices=("CPU",), warmup_runs=0))
+# whatever arithmetic this CPU runs the program at: the point is the same numbers after the change
+engine = load_engine(EngineConfig(bundle=bundle, engine=sys.argv[2], devices=("CPU",), warmup_runs=0,
+                                  accept_lower_arithmetic=True))
 b = Bundle.open(bundle)
 case = b.test_case()
-want = case.outputs[b.manifest.action_output]
+name = b.manifest.action_output
 program = os.path.join(bundle, b.manifest.programs["CPU"].file)
+first = engine.infer(case.inputs)[name]
+print("parity", int(engine.info.precision != "f32" or float(np.abs(first - case.outputs[name]).max()) < 2e-5))
 def check(when):
-    got = engine.infer(case.inputs)[b.manifest.action_output]
-    print(when, float(np.abs(got - want).max()), flush=True)
+    got = engine.infer(case.inputs)[name]
+    print(when, float(np.abs(got - first).max()), flush=True)
 check("loaded")
 size = os.path.getsize(program)
 with open(program, "r+b") as f:  # rewritten in place, as cp or an editor would
@@ -46,4 +50,5 @@ def test_engine_keeps_its_program_when_the_file_changes(bundle_copy: Path, engin
     steps = ("loaded", "rewritten", "truncated")
     errors = dict(line.split() for line in done.stdout.splitlines() if line.split()[0] in steps)
     assert set(errors) == {"loaded", "rewritten", "truncated"}, done.stdout
-    assert all(float(e) < 2e-5 for e in errors.values()), errors
+    assert all(float(e) == 0 for e in errors.values()), errors  # the program it loaded, unchanged
+    assert "parity 1" in done.stdout  # and that program is the right one

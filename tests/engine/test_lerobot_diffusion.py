@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.export, pytest.mark.skipif(REASON is not None, reason=
 JOINTS = ("shoulder_pan.pos", "shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos", "wrist_roll.pos", "gripper.pos")
 IMAGE, STATE, NOISE = "observation.images.front", "observation.state", "noise"
 HORIZON, STEPS = 8, 4  # the tiny checkpoint's horizon and n_action_steps
-TOLERANCE = 2e-5  # f32, normalised units (the manifest's default)
+from runtime.bundle.manifest import DEFAULT_TOLERANCE  # noqa: E402
+
+TOLERANCE = DEFAULT_TOLERANCE["f32"]  # normalised units (the manifest's default)
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +110,17 @@ def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> fl
 
 
 def _load(bundle: Path, engine: str = "openvino") -> tuple[Any, Any]:
+    """Load as the daemon would; where the executorch engine would compute this f32 program at bf16
+    the test accepts it and holds the outputs to what the engine says it computed."""
     from runtime.engine.config import EngineConfig
     from runtime.engine.loader import LoadReport, load_engine
+    from tests.engine.arithmetic import executorch_options
 
     before = os.sched_getaffinity(0)
     report = LoadReport()
-    loaded = load_engine(EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0), report=report)  # type: ignore[arg-type]
+    options = executorch_options(bundle) if engine == "executorch" else {}
+    config = EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0, **options)  # type: ignore[arg-type]
+    loaded = load_engine(config, report=report)
     os.sched_setaffinity(0, before)
     return loaded, report
 
@@ -187,7 +194,7 @@ def test_exported_program_matches_lerobot_over_an_episode(
             inputs[2] = noise
             got = loaded.run_validated(inputs)["action"]
             want = lerobot.step(obs, noise)
-            assert normalised_error(got, want, scale) < TOLERANCE
+            assert normalised_error(got, want, scale) < DEFAULT_TOLERANCE[loaded.info.precision]
             assert np.abs(want).max() > 5  # un-normalised actions of real magnitude
     finally:
         loaded.close()

@@ -14,7 +14,19 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.loader import LoadReport, load_engine
 from runtime.engine.parity import compare, run_parity
 from runtime.errors import ConfigError, ParityError
+from tests.engine.arithmetic import executorch_options
 from tests.engine.drifting import ACTION, DRIFT, DriftingEngine, drift_case
+
+DRIFT_BY = 0.5  # how far the exported drifting program goes wrong (below)
+
+
+def _error_in(message: str) -> float:
+    """The error a parity or canary message reports, as a number (its text depends on the CPU's rounding)."""
+    import re
+
+    found = re.search(r"max abs error (\S+) ", message)
+    assert found, message
+    return float(found.group(1))
 
 
 def test_a_nan_in_one_output_fails_parity_whatever_the_other_outputs_say() -> None:
@@ -162,7 +174,7 @@ def drift_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
         def forward(self, state: torch.Tensor) -> torch.Tensor:
             self.calls.add_(1.0)
-            return self.head(state).reshape(2, 6) + 0.5 * torch.clamp(self.calls - 2.0, 0.0, 1.0)
+            return self.head(state).reshape(2, 6) + DRIFT_BY * torch.clamp(self.calls - 2.0, 0.0, 1.0)
 
     path = tmp_path_factory.mktemp("drift") / "bundle"
     with warnings.catch_warnings():
@@ -176,11 +188,14 @@ def drift_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.export
 def test_an_exported_program_that_goes_wrong_later_passes_one_replay_and_fails_the_gate(drift_bundle: Path) -> None:
     report = LoadReport()
-    engine = load_engine(EngineConfig(bundle=str(drift_bundle), warmup_runs=0, parity_runs=1), report=report)
+    options = executorch_options(drift_bundle)  # ExecuTorch keeps the buffer: this CPU's arithmetic, accepted
+    config = EngineConfig(bundle=str(drift_bundle), warmup_runs=0, parity_runs=1, **options)
+    engine = load_engine(config, report=report)
     assert report.parity is not None and report.parity.ok  # what a single replay at load saw
     engine.close()
-    with pytest.raises(ParityError, match=r"max abs error 0\.5 .* on replay \d+ of 16"):
-        load_engine(EngineConfig(bundle=str(drift_bundle), warmup_runs=0))
+    with pytest.raises(ParityError, match=r"max abs error (\S+) .* on replay \d+ of 16") as err:
+        load_engine(EngineConfig(bundle=str(drift_bundle), warmup_runs=0, **options))
+    assert _error_in(str(err.value)) == pytest.approx(DRIFT_BY, abs=0.01)  # 0.5, give or take bf16 rounding
 
 
 @pytest.mark.export
@@ -192,7 +207,7 @@ def test_the_canary_catches_it_while_serving_when_the_gate_was_set_to_one_replay
     from runtime.server import PolicyServer, ServerConfig
     from tests.server.conftest import wait_until
 
-    config = EngineConfig(bundle=str(drift_bundle), warmup_runs=0, parity_runs=1)
+    config = EngineConfig(bundle=str(drift_bundle), warmup_runs=0, parity_runs=1, **executorch_options(drift_bundle))
     server = PolicyServer(
         lambda: load_engine(config),
         ServerConfig(endpoints=(f"ipc://{tmp_path}/p.sock",), canary_interval_s=0.05),
@@ -200,7 +215,8 @@ def test_the_canary_catches_it_while_serving_when_the_gate_was_set_to_one_replay
     server.start()
     try:
         wait_until(lambda: server.verification_failure is not None, what="the canary to fail")
-        assert "max abs error 0.5 in output 'action'" in str(server.verification_failure)
+        assert "in output 'action'" in str(server.verification_failure)
+        assert _error_in(str(server.verification_failure)) == pytest.approx(DRIFT_BY, abs=0.01)
         with (
             PolicyClient(server.bound_endpoints[0], timeout_s=5.0) as client,
             pytest.raises(VerificationFailedError),

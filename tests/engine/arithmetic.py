@@ -1,0 +1,33 @@
+"""What the CPU computes a bundle at, asked of the engine: tests that depend on the CPU hold results to
+that, never to one CPU kind's behaviour (OpenVINO's CPU plugin defaults to bf16 where the CPU has it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def executorch_arithmetic(bundle: Path, device: str = "CPU") -> str:
+    """The arithmetic ExecuTorch's OpenVINO backend computes the bundle's program at on this machine,
+    read back as the executorch engine reads it."""
+    from runtime.bundle.bundle import Bundle
+    from runtime.bundle.pte import parse_program
+    from runtime.engine.executorch_engine import ExecuTorchEngine
+
+    b = Bundle.open(bundle)
+    method = parse_program(b.read_program(device), str(bundle))["forward"]
+    return ExecuTorchEngine.read_back(method, device)[0]
+
+
+def executorch_lowers(bundle: Path, device: str = "CPU") -> bool:
+    """True when the executorch engine would compute the bundle's program below its precision here
+    (an f32 program on a CPU with native bf16), so loading it there needs accept_lower_arithmetic."""
+    from runtime.bundle.bundle import Bundle
+    from runtime.engine.executorch_engine import lower_arithmetic
+
+    program = Bundle.open(bundle).manifest.programs[device].precision
+    return lower_arithmetic(program, executorch_arithmetic(bundle, device))
+
+
+def executorch_options(bundle: Path) -> dict[str, bool]:
+    """EngineConfig options with which the executorch engine loads the bundle on this CPU, whichever kind."""
+    return {"accept_lower_arithmetic": True} if executorch_lowers(bundle) else {}
