@@ -735,20 +735,21 @@ class ControlLoop:
         self.mode = "resting"
 
     def _resting(self) -> np.ndarray | None:
-        target, last = self._rest_target, self._last_goal if self._last_goal is not None else self.present
-        if target is None or last is None:
+        """This tick's goal on the way to the rest pose: at ``rest_speed_deg_s``, through the envelope."""
+        target, present = self._rest_target, self.present
+        if target is None or present is None:
             self.mode = "holding"
             return None
         step = self.config.safety.rest_speed_deg_s * self.period
-        goal = last + np.clip(target - last, -step, step)
+        # From where the arm is, not from the last goal: a blocked joint's goal must not run away.
+        goal = self.envelope.apply(present + np.clip(target - present, -step, step), present)
         if np.allclose(goal, target, atol=1e-6):
             self.mode = "holding"
             self._hold_goal = target.copy()
             self.envelope.hold(target)
             self.events.emit(logging.INFO, "control: rest pose reached; holding")
             return target
-        stepped: np.ndarray = goal
-        return stepped
+        return goal
 
     # --- status ---------------------------------------------------------------------------------------
 

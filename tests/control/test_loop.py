@@ -162,6 +162,76 @@ def test_starvation_holds_the_last_goal_then_rests_slowly(run, sim_arm, calibrat
     assert loop.dump_requests and "stall rest" in loop.dump_requests[-1]
 
 
+RES = 360 / 4096  # one raw tick of the simulated servos, in degrees
+
+
+@pytest.mark.parametrize("path", ["stall", "shutdown"])
+def test_rest_goals_pass_the_envelope_however_fast_the_rest_speed(path, sim_arm, calibration, manifest, camera):
+    """rest_speed_deg_s is how fast resting may go, not a licence to exceed max_step_deg."""
+    max_step = 3.0
+    inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_pan=15), steps=10) if n == 1 else None)
+    loop, streams = build_loop(
+        sim_arm,
+        calibration,
+        manifest,
+        inference,
+        camera,
+        n_action_steps=20,
+        stall_timeout_s=0.3 if path == "stall" else 30.0,
+        max_step_deg=max_step,
+        rest_pose={"shoulder_pan": -30.0},
+        rest_speed_deg_s=600.0,  # 12 degrees per tick at 50 Hz
+        shutdown_action="rest",
+    )
+    loop.start()
+    try:
+        wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
+        start(loop)
+        wait_for(lambda: loop.counters["starved"] > 0, what="the chunk executed")
+        t_rest = time.monotonic()
+        if path == "stall":
+            wait_for(lambda: loop.counters["stall_actions"] == 1, what="the stall action")
+            wait_for(lambda: loop.mode == "holding", what="the rest pose reached")
+        assert loop.shutdown()
+    finally:
+        streams.stop()
+    times, goals = received_goals(sim_arm, calibration)
+    pan = goals[times > t_rest, 0]
+    assert pan[-1] == pytest.approx(-30.0, abs=0.1)  # it rested
+    # The simulated servo follows a 3-degree step within a tick, so each goal's lead on the
+    # present position is its step from the goal before.
+    assert np.abs(np.diff(pan)).max() <= max_step + 2 * RES
+
+
+def test_a_blocked_joint_rests_no_further_than_max_step_from_where_it_is(run, sim_arm, calibration):
+    max_step = 3.0
+    inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_pan=15), steps=10) if n == 1 else None)
+    loop = run(
+        inference,
+        n_action_steps=20,
+        stall_timeout_s=0.3,
+        max_step_deg=max_step,
+        rest_pose={"shoulder_pan": -30.0, "elbow_flex": 10.0},
+        rest_speed_deg_s=60.0,
+    )
+    start(loop)
+    wait_for(lambda: loop.counters["starved"] > 0, what="the chunk executed")
+    pan_servo = sim_arm.simulator.servo(calibration.joints["shoulder_pan"].id)
+    pan_servo.speed = 0.0  # something holds the joint: its present position stays
+    blocked_at = calibration.joints["shoulder_pan"].to_user(round(pan_servo.position))
+    t_blocked = time.monotonic()
+    wait_for(lambda: loop.mode == "resting", what="the stall action")
+    elbow = calibration.joints["elbow_flex"]
+    wait_for(lambda: abs(loop.status()["arm"]["positions"]["elbow_flex"] - 10.0) < 0.2, what="the elbow at rest")
+    time.sleep(0.3)
+    times, goals = received_goals(sim_arm, calibration)
+    pan = goals[times > t_blocked, 0]
+    assert loop.mode == "resting"  # the pan never gets there
+    assert np.abs(pan - blocked_at).max() <= max_step + 2 * RES
+    assert pan.min() < blocked_at - 1.0  # it does push toward the rest pose, within the bound
+    assert elbow.to_user(sim_arm.simulator.servo(elbow.id).goal) == pytest.approx(10.0, abs=0.1)
+
+
 def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibration):
     rate = 50.0
     inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_lift=30, wrist_roll=-30), steps=80))
