@@ -170,7 +170,10 @@ class ControlLoop:
         self._latency_i = 0
         self.last_latency_ticks = math.nan
         self.counters: Counter[str] = Counter()
-        self.cpu_seen: Counter[int] = Counter()
+        self._cpu_ticks: Counter[int] = Counter()  # the loop thread's alone
+        #: ticks per CPU the loop ran on: replaced by a new copy each tick, never changed in place, so
+        #: other threads (status on the server's I/O thread) may iterate it while the loop runs
+        self.cpu_seen: Mapping[int, int] = {}
         self.scheduling = ""
         self.native_id = 0
         self.ticker = Ticker(self.period, clock=clock)
@@ -285,7 +288,8 @@ class ControlLoop:
         try:
             while not self._stop.is_set():
                 k, _due, late = ticker.wait()
-                self.cpu_seen[current_cpu()] += 1
+                self._cpu_ticks[current_cpu()] += 1
+                self.cpu_seen = dict(self._cpu_ticks)
                 self._tick(k, late)
                 if self._shutdown_done.is_set():
                     break

@@ -7,14 +7,16 @@ behaviour under test (NaN, a jump, a pose past the limits) or stop answering.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from drivers.sim.servo import FEETECH_OVERLOAD
-from runtime.control.loop import ControlRefused
+from runtime.control.loop import ControlLoop, ControlRefused
 
 from .conftest import ScriptedInference, build_loop, received_goals, wait_for
 
@@ -336,6 +338,33 @@ def test_the_loop_thread_runs_on_the_control_cpu(sim_arm, calibration, manifest,
         loop.shutdown()
         streams.stop()
     assert set(loop.cpu_seen) == {cpus[-1]}
+
+
+def test_status_can_be_read_while_the_loop_ticks_on_a_new_cpu(run, monkeypatch):
+    """status() runs on the server's I/O thread while the loop counts the CPU of every tick."""
+    import runtime.control.loop as loop_module
+
+    ticking: list[ControlLoop] = []
+    first = threading.Event()
+
+    class Cpu(int):
+        def __str__(self) -> str:
+            # status() formats the CPUs it reports: the first time, let the loop tick twice meanwhile
+            if ticking and not first.is_set():
+                first.set()
+                ticks = ticking[0].counters["ticks"]
+                wait_for(lambda: ticking[0].counters["ticks"] >= ticks + 2, what="two more ticks")
+            return int.__str__(self)
+
+    cpus = itertools.count(1000)
+    monkeypatch.setattr(loop_module, "current_cpu", lambda: Cpu(next(cpus)))  # every tick on a new CPU
+    loop = run(ScriptedInference(lambda n, s: None))
+    wait_for(lambda: loop.counters["ticks"] >= 3, what="ticks")
+    ticking.append(loop)
+    seen = loop.status()["cpus_seen"]
+    assert first.is_set()
+    assert seen and all(n == 1 for n in seen.values()) and all(int(c) >= 1000 for c in seen)
+    assert len(loop.status()["cpus_seen"]) > len(seen)  # the loop went on ticking, on new CPUs
 
 
 def test_each_run_starts_a_new_observation_history(run):
