@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from drivers.sim.servo import FEETECH_OVERLOAD
-from runtime.control.loop import ControlLoop, ControlRefused
+from runtime.control.loop import ControlLoop, ControlRefused, StaleLatch
 
 from .conftest import ScriptedInference, build_loop, received_goals, wait_for
 
@@ -241,7 +242,7 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     start(loop)
     wait_for(lambda: loop.counters["chunks"] >= 1 and loop.counters["writes"] > 10, what="motion")
     t_req = time.monotonic()
-    loop.request_estop("test e-stop")
+    latch = loop.request_estop("test e-stop").id
     wait_for(lambda: loop.mode == "estopped", what="e-stop")
     time.sleep(0.3)
     times, _goals = received_goals(sim_arm, calibration)
@@ -253,9 +254,44 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     assert after.sum() == 1
     with pytest.raises(ControlRefused, match="e-stop is latched"):
         loop.check("start")
-    loop.request("release", "test")
+    loop.request("release", "test", latch)
     wait_for(lambda: loop.mode == "holding", what="release")
     assert loop.estop_reason is None
+
+
+def test_an_estop_after_a_queued_release_wins(run):
+    """The operator who pressed e-stop again was answered latched: the release queued for the
+    earlier latch must not clear the new one at the next tick."""
+    loop = run(ScriptedInference(lambda n, s: None), rate_hz=5.0)  # 200 ms between ticks
+    start(loop)
+    first = loop.request_estop("first press").id
+    wait_for(lambda: loop.mode == "estopped", what="e-stop")
+    assert loop.status()["estop"] == {"latched": True, "reason": "first press", "latch": first}
+    ticks = loop.counters["ticks"]
+    wait_for(lambda: loop.counters["ticks"] > ticks, what="a tick")  # the next one is 200 ms away
+    loop.check("release", first)
+    loop.request("release", "operator", first)
+    second = loop.request_estop("second press").id
+    assert second != first
+    assert loop.status()["estop"] == {"latched": True, "reason": "second press", "latch": second}
+    ticks = loop.counters["ticks"]
+    wait_for(lambda: loop.counters["ticks"] >= ticks + 2, what="two ticks")
+    assert loop.mode == "estopped"
+    assert loop.status()["estop"] == {"latched": True, "reason": "second press", "latch": second}
+    texts = [e.text() for e in loop.events.drain()]
+    refusal = f"names e-stop latch {first}, but the latch now is {second} (second press)"
+    assert any("release (asked by operator) refused" in t and refusal in t for t in texts)
+    with pytest.raises(StaleLatch, match=re.escape(refusal)) as stale:
+        loop.check("release", first)
+    assert (stale.value.named, stale.value.current.id) == (first, second)
+    with pytest.raises(ControlRefused, match="e-stop is latched"):
+        loop.check("start")
+    loop.check("release", second)
+    loop.request("release", "operator", second)
+    wait_for(lambda: loop.mode == "holding", what="release")
+    assert loop.status()["estop"] == {"latched": False, "reason": "", "latch": 0}
+    with pytest.raises(ControlRefused, match="no e-stop is latched"):
+        loop.check("release", second)
 
 
 def test_a_servo_fault_latches_the_estop_naming_the_joint(run, sim_arm, calibration):
