@@ -213,16 +213,26 @@ class PolicyClient:
         return stats_from_reply(reply)
 
     def control(
-        self, command: str, *, who: str = "", reason: str = "", timeout_s: float | None = None
+        self,
+        command: str,
+        *,
+        who: str = "",
+        reason: str = "",
+        latch: int | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """``control.<command>`` (start, stop, estop, release, status, dump, teleop); returns the reply body.
 
+        ``release`` needs ``latch``: the e-stop latch it releases, as the ``control.estop`` reply or
+        ``control.status`` (``estop.latch``) reported it; a newer e-stop makes the release refused.
         Refusals raise ``ControlRefusedError`` (why, e.g. a latched e-stop) or ``NoControlError``
         (the daemon does not drive an arm).
         """
-        body = {"who": who} if who else {}
+        body: dict[str, Any] = {"who": who} if who else {}
         if reason:
             body["reason"] = reason
+        if latch is not None:
+            body["latch"] = latch
         reply, _ = self._call(f"control.{command}", None, timeout_s, body)
         return dict(reply.body)
 

@@ -24,6 +24,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     c.add_argument("--who", default="", help="your name, for the daemon's log")
     c.add_argument("--reason", default="", help="with estop: why (logged and shown in status)")
+    c.add_argument(
+        "--latch",
+        type=int,
+        metavar="N",
+        help="with release: the e-stop latch to release (default: the one control status shows now; "
+        "an e-stop after that still wins)",
+    )
     c.add_argument("--timeout", type=float, default=2.0, metavar="S", help="reply timeout in seconds (default 2)")
     c.add_argument("--json", action="store_true", help="print the reply as JSON")
     c.set_defaults(func=_control)
@@ -71,7 +78,16 @@ def _control(args: argparse.Namespace) -> int:
     endpoint = resolve_endpoint(args.connect)
     with PolicyClient(endpoint, timeout_s=args.timeout) as client:
         try:
-            body = client.control(args.command, who=args.who, reason=args.reason)
+            latch = args.latch
+            if args.command == "release" and latch is None:
+                # The latch the operator sees now; the daemon refuses the release if another came since.
+                estop = client.control("status")["estop"]
+                if not estop["latched"]:
+                    print("control release refused: no e-stop is latched", file=sys.stderr)
+                    return 1
+                latch = int(estop["latch"])
+                print(f"control release: releasing e-stop latch {latch} ({estop['reason']})")
+            body = client.control(args.command, who=args.who, reason=args.reason, latch=latch)
         except ServerError as e:
             print(f"control {args.command} refused [{e.code}]: {e.message}", file=sys.stderr)
             return 1

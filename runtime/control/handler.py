@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.control.loop import ControlLoop, ControlRefused, OnDone
+from runtime.control.loop import ControlLoop, ControlRefused, OnDone, StaleLatch, estop_status
 from runtime.protocol.errors import ControlRefusedError
 from runtime.protocol.messages import ControlRequest, TeleopRequest
 from runtime.server.server import PolicyServer
@@ -50,8 +50,8 @@ class LoopControl:
         if kind == "control.status":
             return self.status()
         if kind == "control.estop":
-            loop.request_estop(request.reason or f"requested by {who}")
-            return {"mode": loop.mode, "estop": {"latched": True, "reason": loop.estop_reason or ""}}
+            latch = loop.request_estop(request.reason or f"requested by {who}")
+            return {"mode": loop.mode, "estop": estop_status(latch)}
         if kind == "control.dump":
             loop.dump_requests.append(f"requested by {who}")
             return {"directory": str(self.state_dir)}
@@ -72,10 +72,21 @@ class LoopControl:
                 request_id=request.id,
             )
         try:
-            loop.check(command)
+            loop.check(command, request.latch)
+        except StaleLatch as e:
+            raise ControlRefusedError(
+                f"{kind}: {e}",
+                field="body.latch",
+                expected=str(e.current.id),
+                received=str(e.named),
+                request_id=request.id,
+            ) from None
         except ControlRefused as e:
             raise ControlRefusedError(f"{kind}: {e}", field="kind", request_id=request.id) from None
-        loop.request(command, who)
+        loop.request(command, who, request.latch)
+        if command == "release":
+            # Accepted means queued: an e-stop before the next tick still wins (the log says so).
+            return {"accepted": True, "mode": loop.mode, "latch": request.latch}
         return {"accepted": True, "mode": loop.mode}
 
     def status(self) -> dict[str, Any]:

@@ -8,8 +8,12 @@ One thread, pinned to the control CPU and (where allowed) SCHED_FIFO, ticks on a
 Inference never runs here: the loop hands an observation (joint state of this tick plus the newest
 camera parts) to the inference worker and carries on; the finished chunk comes back through a
 one-slot handoff and is merged at the next tick, keyed by the tick its observation was taken at.
-Other threads talk to the loop only through flags and a command deque; nothing in the tick waits on
-a lock a slow thread holds, and nothing in it logs (events are logged by the daemon's main thread).
+Other threads talk to the loop only through flags and deques; nothing in the tick waits on a lock a
+slow thread holds, and nothing in it logs (events are logged by the daemon's main thread).
+
+Every e-stop request is a latch of its own, numbered from 1 (:class:`Latch`), taken at the next tick
+before any command; a release names the latch it saw and is refused if a newer one came since, so an
+e-stop pressed while a release is on its way is never lost.
 
 Modes: ``idle`` (never commanded, or torque off), ``running`` (executing chunks), ``teleop`` (a
 station's leader pose, after a hand-over that does not jump), ``holding`` (torque on, a fixed goal),
@@ -20,6 +24,7 @@ switched only by an explicit request.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import sys
@@ -27,6 +32,8 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,6 +95,32 @@ class ControlRefused(Exception):
     """A control request that cannot be carried out now; the message says why."""
 
 
+@dataclass(frozen=True, slots=True)
+class Latch:
+    """One e-stop request: ``id`` numbers them from 1 since the loop was made, so a release can name
+    the one its operator saw; ``requested_at`` is on the loop's clock."""
+
+    id: int
+    reason: str
+    requested_at: float
+
+
+class StaleLatch(ControlRefused):
+    """A release naming an e-stop latch that is not the current one: another e-stop came since."""
+
+    def __init__(self, named: int, current: Latch) -> None:
+        why = "another e-stop came since" if named < current.id else "no such latch was given out yet"
+        super().__init__(
+            f"the release names e-stop latch {named}, but the latch now is {current.id} ({current.reason}): "
+            f"{why}; check the arm, then release latch {current.id}"
+        )
+        self.named = named
+        self.current = current
+
+
+_LATCH_ID = attrgetter("id")
+
+
 class ControlLoop:
     def __init__(
         self,
@@ -145,10 +178,11 @@ class ControlLoop:
         self._intervention = False
         self.last_teleop_seq = -1
         self.mode = "idle"
-        self.estop_reason: str | None = None
-        self._estop_requested_at = 0.0
-        self._estop_effective = False
-        self._commands: deque[tuple[str, str]] = deque()
+        self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
+        self._estops: deque[Latch] = deque()  # requested, taken at the next tick (other threads append)
+        #: the e-stop in effect (set and cleared by the loop thread only)
+        self.latch: Latch | None = None
+        self._commands: deque[tuple[str, str, int]] = deque()
         self.dump_requests: deque[str] = deque()
         self.present: np.ndarray | None = None
         self.last_state: dict[str, JointState] = {}
@@ -170,7 +204,10 @@ class ControlLoop:
         self._latency_i = 0
         self.last_latency_ticks = math.nan
         self.counters: Counter[str] = Counter()
-        self.cpu_seen: Counter[int] = Counter()
+        self._cpu_ticks: Counter[int] = Counter()  # the loop thread's alone
+        #: ticks per CPU the loop ran on: replaced by a new copy each tick, never changed in place, so
+        #: other threads (status on the server's I/O thread) may iterate it while the loop runs
+        self.cpu_seen: Mapping[int, int] = {}
         self.scheduling = ""
         self.native_id = 0
         self.ticker = Ticker(self.period, clock=clock)
@@ -197,16 +234,16 @@ class ControlLoop:
 
     # --- requests from other threads (flags only) -------------------------------------------------
 
-    def request(self, command: str, who: str = "") -> None:
+    def request(self, command: str, who: str = "", latch: int = 0) -> None:
         """Queue ``start`` (policy) | ``teleop`` | ``stop`` (hold) | ``release`` for the next tick
-        (checked first by :meth:`check`)."""
-        self._commands.append((command, who))
+        (checked first by :meth:`check`). ``latch``: the e-stop latch a release is for."""
+        self._commands.append((command, who, latch))
 
-    def check(self, command: str) -> None:
-        """Raise :class:`ControlRefused` when ``command`` cannot be carried out now."""
+    def check(self, command: str, latch: int = 0) -> None:
+        """Raise :class:`ControlRefused` when ``command`` cannot be carried out now; a release of any
+        latch but the newest (``latch``) raises :class:`StaleLatch`."""
         if command == "start":
-            if self.estop_reason is not None:
-                raise ControlRefused(f"e-stop is latched ({self.estop_reason}); release it first (control release)")
+            self._refuse_if_latched()
             if self.arm_error:
                 raise ControlRefused(f"the arm is failing: {self.arm_error}")
             failure = self.inference.failure()
@@ -217,22 +254,53 @@ class ControlLoop:
                 if stale:
                     raise ControlRefused("observation stream(s) not fresh: " + _describe_stale(stale, self.streams))
         elif command == "teleop":
-            if self.estop_reason is not None:
-                raise ControlRefused(f"e-stop is latched ({self.estop_reason}); release it first (control release)")
+            self._refuse_if_latched()
             if self.arm_error:
                 raise ControlRefused(f"the arm is failing: {self.arm_error}")
         elif command == "release":
-            if self.estop_reason is None:
+            current = self.estop
+            if current is None:
                 raise ControlRefused("no e-stop is latched")
+            if latch != current.id:
+                raise StaleLatch(latch, current)
         elif command not in ("stop",):
             raise ControlRefused(f"unknown command {command!r}")
 
-    def request_estop(self, reason: str) -> None:
-        """Latch the e-stop; effective at the next tick. Safe to call from a signal handler."""
-        if self.estop_reason is None:
-            self._estop_requested_at = self._clock()
-            self._estop_effective = False
-            self.estop_reason = reason
+    def _refuse_if_latched(self) -> None:
+        latch = self.estop
+        if latch is not None:
+            raise ControlRefused(
+                f"e-stop is latched (latch {latch.id}: {latch.reason}); release it first (control release)"
+            )
+
+    def request_estop(self, reason: str) -> Latch:
+        """Latch a new e-stop, effective at the next tick, and return it. Each request is a latch
+        of its own, also while one is latched, so a release already on its way is refused. Safe to call
+        from any thread and from a signal handler (no lock)."""
+        latch = Latch(next(self._latch_ids), reason, self._clock())
+        self._estops.append(latch)
+        return latch
+
+    @property
+    def estop(self) -> Latch | None:
+        """The newest e-stop, requested (effective at the next tick) or in effect; None when released."""
+        # Read the requests before the latch: the tick sets the latch before it drops the requests.
+        pending = max(tuple(self._estops), key=_LATCH_ID, default=None)  # tuple(): one C-level copy
+        current = self.latch
+        if pending is None or (current is not None and current.id > pending.id):
+            return current
+        return pending
+
+    @property
+    def estop_reason(self) -> str | None:
+        latch = self.estop
+        return latch.reason if latch is not None else None
+
+    def _fault_estop(self, reason: str) -> None:
+        # The loop's own checks fail again every tick while the fault lasts: a latch per tick would
+        # leave nothing a release could name. Released while it lasts, the fault latches again.
+        if self.estop is None:
+            self.request_estop(reason)
 
     # --- thread ---------------------------------------------------------------------------------------
 
@@ -258,7 +326,7 @@ class ControlLoop:
         """Stop motion, hold, then ``safety.shutdown_action``; returns False if the arm could not be made safe."""
         if self._thread is None:
             return True
-        self._commands.append(("shutdown", "daemon"))
+        self._commands.append(("shutdown", "daemon", 0))
         self._shutdown_done.wait(timeout)
         self._stop.set()
         self._thread.join(2.0)
@@ -285,7 +353,8 @@ class ControlLoop:
         try:
             while not self._stop.is_set():
                 k, _due, late = ticker.wait()
-                self.cpu_seen[current_cpu()] += 1
+                self._cpu_ticks[current_cpu()] += 1
+                self.cpu_seen = dict(self._cpu_ticks)
                 self._tick(k, late)
                 if self._shutdown_done.is_set():
                     break
@@ -301,11 +370,10 @@ class ControlLoop:
     def _tick(self, k: int, late: float) -> None:
         now = self._clock()
         present = self._read()
-        if self.estop_reason is not None and not self._estop_effective:
-            self._enter_estop(present)
+        self._take_estops(present)
         while self._commands:
-            command, who = self._commands.popleft()
-            self._command(command, who, present)
+            command, who, latch = self._commands.popleft()
+            self._command(command, who, present, latch)
             if self._shutdown_done.is_set():
                 return
         self._collect(k, present)
@@ -350,7 +418,7 @@ class ControlLoop:
         except ServoFaultError as e:
             self.counters["servo_faults"] += 1
             self.arm_error = str(e)
-            self.request_estop(f"servo fault: {e}")
+            self._fault_estop(f"servo fault: {e}")
             return self.present
         except BusError as e:
             self._bus_failure("read", e)
@@ -370,7 +438,7 @@ class ControlLoop:
             self.events.emit(logging.ERROR, "control: arm %s failed: %s", what, e)
         limit = self.config.safety.max_bus_failures
         if self._bus_fail_run >= limit:
-            self.request_estop(f"{self._bus_fail_run} bus failures in a row (last: {e})")
+            self._fault_estop(f"{self._bus_fail_run} bus failures in a row (last: {e})")
 
     def _write(self, goal: np.ndarray) -> None:
         try:
@@ -383,8 +451,32 @@ class ControlLoop:
 
     # --- e-stop and commands --------------------------------------------------------------------------
 
-    def _enter_estop(self, present: np.ndarray | None) -> None:
-        self._estop_effective = True
+    def _take_estops(self, present: np.ndarray | None) -> None:
+        requests = tuple(self._estops)
+        if not requests:
+            return
+        newest = max(requests, key=_LATCH_ID)
+        if self.latch is None or newest.id > self.latch.id:
+            self._enter_estop(present, newest)
+        for _ in requests:  # only this thread takes from the left; others append on the right
+            self._estops.popleft()
+
+    def _enter_estop(self, present: np.ndarray | None, latch: Latch) -> None:
+        again = self.latch is not None
+        self.latch = latch
+        after_ms = (self._clock() - latch.requested_at) * 1e3
+        self.counters["estops"] += 1
+        if again:
+            # The arm stopped at the first latch; the new one only makes a release of that one stale.
+            self.events.emit(
+                logging.ERROR,
+                "E-STOP latched again (latch %d): %s; %.1f ms after the request; release with: "
+                "lerobot-runtime control release",
+                latch.id,
+                latch.reason,
+                after_ms,
+            )
+            return
         previous = self.mode
         self.mode = "estopped"
         self._gen += 1
@@ -397,25 +489,24 @@ class ControlLoop:
             self._hold_goal = where.copy()
             self._write(where)
             self.envelope.hold(where)
-        after_ms = (self._clock() - self._estop_requested_at) * 1e3
-        self.counters["estops"] += 1
         self.events.emit(
             logging.ERROR,
-            "E-STOP latched: %s; %s %.1f ms after the request (mode was %s); "
+            "E-STOP latched (latch %d): %s; %s %.1f ms after the request (mode was %s); "
             "release with: lerobot-runtime control release",
-            self.estop_reason,
+            latch.id,
+            latch.reason,
             _estop_effect(action, previous),
             after_ms,
             previous,
         )
         self.dump_requests.append("estop")
 
-    def _command(self, command: str, who: str, present: np.ndarray | None) -> None:
+    def _command(self, command: str, who: str, present: np.ndarray | None, latch: int = 0) -> None:
         if command == "shutdown":
             self._shutdown(present)
             return
         try:
-            self.check(command)
+            self.check(command, latch)
             if present is None and command == "start":
                 raise ControlRefused(f"the arm did not answer this tick: {self.arm_error}")
         except ControlRefused as e:
@@ -452,11 +543,12 @@ class ControlLoop:
                 self._hold_present()
             self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
         elif command == "release":
-            self.estop_reason = None
-            self._estop_effective = False
+            self.latch = None
             held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
             self.mode = "holding" if held else "idle"
-            self.events.emit(logging.WARNING, "control: e-stop released by %s; arm %s", who or "?", self.mode)
+            self.events.emit(
+                logging.WARNING, "control: e-stop latch %d released by %s; arm %s", latch, who or "?", self.mode
+            )
 
     def _take_over(self, who: str, present: np.ndarray | None) -> None:
         """Source ``teleop``: the hand-over starts from the last goal written (or the present pose)."""
@@ -735,20 +827,21 @@ class ControlLoop:
         self.mode = "resting"
 
     def _resting(self) -> np.ndarray | None:
-        target, last = self._rest_target, self._last_goal if self._last_goal is not None else self.present
-        if target is None or last is None:
+        """This tick's goal on the way to the rest pose: at ``rest_speed_deg_s``, through the envelope."""
+        target, present = self._rest_target, self.present
+        if target is None or present is None:
             self.mode = "holding"
             return None
         step = self.config.safety.rest_speed_deg_s * self.period
-        goal = last + np.clip(target - last, -step, step)
+        # From where the arm is, not from the last goal: a blocked joint's goal must not run away.
+        goal = self.envelope.apply(present + np.clip(target - present, -step, step), present)
         if np.allclose(goal, target, atol=1e-6):
             self.mode = "holding"
             self._hold_goal = target.copy()
             self.envelope.hold(target)
             self.events.emit(logging.INFO, "control: rest pose reached; holding")
             return target
-        stepped: np.ndarray = goal
-        return stepped
+        return goal
 
     # --- status ---------------------------------------------------------------------------------------
 
@@ -769,7 +862,7 @@ class ControlLoop:
                 "intervention": self._intervention and self.mode == "teleop",
             },
             "recording": self.episodes.status() if self.episodes is not None else None,
-            "estop": {"latched": self.estop_reason is not None, "reason": self.estop_reason or ""},
+            "estop": estop_status(self.estop),
             "rate_hz": self.rate_hz,
             "n_action_steps": self.n_steps,
             "refill_at": self.refill_at,
@@ -804,6 +897,13 @@ class ControlLoop:
             "cpus_seen": {str(c): n for c, n in self.cpu_seen.items()},
             "scheduling": self.scheduling,
         }
+
+
+def estop_status(latch: Latch | None) -> dict[str, Any]:
+    """The ``estop`` map of status and of the ``control.estop`` reply; ``latch`` 0 when none is latched."""
+    if latch is None:
+        return {"latched": False, "reason": "", "latch": 0}
+    return {"latched": True, "reason": latch.reason, "latch": latch.id}
 
 
 def _estop_effect(action: str, previous_mode: str) -> str:

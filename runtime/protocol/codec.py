@@ -270,13 +270,28 @@ def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Requ
 
 
 _CONTROL_TEXT_MAX: Final = 200
+_LATCH_MAX: Final = 2**63 - 1
+_CONTROL_KEYS: Final = {"control.estop": {"who", "reason"}, "control.release": {"who", "latch"}}
 
 
 def _parse_control(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Buffer]) -> ControlRequest:
-    allowed = {"who", "reason"} if kind == "control.estop" else {"who"}
+    allowed = _CONTROL_KEYS.get(kind, {"who"})
     refuse_unexpected(kind, body, allowed, data)
+    latch = 0
+    if "latch" in allowed:
+        # Required: a release that named no latch would clear one its operator never saw.
+        latch = body.get("latch", 0)
+        if type(latch) is not int or not 1 <= latch <= _LATCH_MAX:
+            raise BadRequestError(
+                f"{kind} body.latch: expected the e-stop latch to release (an integer >= 1, as control.estop "
+                f"and control.status report it), got "
+                + (f"{_type_name(latch)} {_short(latch)}" if "latch" in body else "nothing"),
+                field="body.latch",
+                expected="integer >= 1",
+                received=_short(latch) if "latch" in body else "nothing",
+            )
     text: dict[str, str] = {}
-    for key in allowed:
+    for key in allowed - {"latch"}:
         value = body.get(key, "")
         if not isinstance(value, str) or len(value) > _CONTROL_TEXT_MAX:
             raise BadRequestError(
@@ -287,7 +302,7 @@ def _parse_control(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Buf
                 received=_short(value),
             )
         text[key] = value
-    return ControlRequest(rid, kind, text.get("who", ""), text.get("reason", ""))
+    return ControlRequest(rid, kind, text.get("who", ""), text.get("reason", ""), latch)
 
 
 def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> InferRequest:

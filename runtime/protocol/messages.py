@@ -89,12 +89,15 @@ class InferRequest:
 
 @dataclass(frozen=True, slots=True)
 class ControlRequest:
-    """``control.*``: ``who`` names the operator (for the log), ``reason`` goes with an e-stop."""
+    """``control.*``: ``who`` names the operator (for the log), ``reason`` goes with an e-stop,
+    ``latch`` with a release: the e-stop latch it releases, as ``control.estop``/``control.status``
+    reported it (a newer latch refuses the release)."""
 
     id: int
     kind: str
     who: str = ""
     reason: str = ""
+    latch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from runtime.engine.validate import check_finite, validate_inputs
 from runtime.errors import InputValidationError
 from runtime.liveness import Heartbeat
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
-from runtime.protocol.errors import BadInputError, ErrorInfo, NoControlError, ServerError
+from runtime.protocol.errors import BadInputError, ErrorInfo, InternalError, NoControlError, ServerError
 from runtime.protocol.messages import (
     KINDS,
     PROTOCOL_VERSION,
@@ -487,13 +487,24 @@ class PolicyServer:
             self.stats.ok()
             self._send(sock, [*envelope, header])
         except ServerError as e:
-            if kind is None:
-                self.stats.request("invalid")
-            self.stats.error(e.code)
-            rid = e.request_id if rid is None else rid
-            log.debug("request %s from client %s refused: %s", rid, envelope[0].hex(), e)
-            timing = Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
-            self._send(sock, [*envelope, encode_error(kind, rid, e.info, timing)])
+            log.debug(
+                "request %s from client %s refused: %s", e.request_id if rid is None else rid, envelope[0].hex(), e
+            )
+            self._refuse(sock, envelope, kind, rid, e, received_at)
+        except Exception as e:  # a bug answering one request must not end the I/O thread, and the daemon
+            log.exception("%s request %s from client %s failed", kind or "undecoded", rid, envelope[0].hex())
+            message = f"{kind or 'request'} failed in the server: {type(e).__name__}: {e} (the traceback is in its log)"
+            self._refuse(sock, envelope, kind, rid, InternalError(message, request_id=rid), received_at)
+
+    def _refuse(
+        self, sock: Any, envelope: list[bytes], kind: str | None, rid: int | None, e: ServerError, received_at: float
+    ) -> None:
+        if kind is None:
+            self.stats.request("invalid")
+        self.stats.error(e.code)
+        rid = e.request_id if rid is None else rid
+        timing = Timing(0.0, 0.0, (time.monotonic() - received_at) * 1e3)
+        self._send(sock, [*envelope, encode_error(kind, rid, e.info, timing)])
 
     def _submit(self, index: int, sock: Any, envelope: list[bytes], request: InferRequest, received_at: float) -> None:
         if not self._accepting:

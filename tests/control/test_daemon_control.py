@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from drivers.config import ArmConfig
+from runtime.cli import main
 from runtime.client import PolicyClient
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
@@ -46,7 +47,7 @@ def daemon(demo_bundle: Path, short_dir: Path, camera: Camera):
         yield d
 
 
-def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: Daemon, short_dir: Path):
+def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: Daemon, short_dir: Path, capsys):
     assert daemon.arm is not None and daemon.arm.sim is not None and daemon.loop is not None
     sim = daemon.arm.sim.simulator
     before = np.array([s.position for s in sim.servos.values()])
@@ -61,13 +62,26 @@ def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: 
         moved = np.abs(np.array([s.position for s in sim.servos.values()]) - before)
         assert moved.max() > 20  # the demo policy drives the simulated joints (ticks)
 
-        client.control("estop", reason="operator test")
+        latch = client.control("estop", reason="operator test")["estop"]["latch"]
         wait_for(lambda: daemon.loop.mode == "estopped", what="e-stop")
         with pytest.raises(ControlRefusedError, match="e-stop is latched"):
             client.control("start")
-        assert client.control("status")["estop"] == {"latched": True, "reason": "operator test"}
-        client.control("release", who="test")
+        assert client.control("status")["estop"] == {"latched": True, "reason": "operator test", "latch": latch}
+        again = client.control("estop", reason="pressed again")["estop"]
+        assert again == {"latched": True, "reason": "pressed again", "latch": again["latch"]}
+        assert again["latch"] != latch
+        with pytest.raises(ControlRefusedError) as stale:
+            client.control("release", who="test", latch=latch)  # the latch this operator saw first
+        assert stale.value.field == "body.latch"
+        assert (stale.value.expected, stale.value.received) == (str(again["latch"]), str(latch))
+        assert f"names e-stop latch {latch}, but the latch now is {again['latch']} (pressed again)" in str(stale.value)
+        wait_for(lambda: daemon.loop.latch is not None and daemon.loop.latch.id == again["latch"], what="latch 2")
+        assert daemon.loop.mode == "estopped"
+        # the CLI releases the latch that status shows, in one command
+        assert main(["control", "release", "--who", "test", "--connect", f"ipc://{short_dir}/policy.sock"]) == 0
+        assert f"releasing e-stop latch {again['latch']} (pressed again)" in capsys.readouterr().out
         wait_for(lambda: daemon.loop.mode == "holding", what="release")
+        assert client.control("status")["estop"] == {"latched": False, "reason": "", "latch": 0}
         client.control("dump")
     wait_for(lambda: any((short_dir / "state").glob("flight-*requested*.npz")), what="the requested recording")
     assert any((short_dir / "state").glob("flight-*estop*.npz"))

@@ -7,14 +7,17 @@ behaviour under test (NaN, a jump, a pose past the limits) or stop answering.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import re
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from drivers.sim.servo import FEETECH_OVERLOAD
-from runtime.control.loop import ControlRefused
+from runtime.control.loop import ControlLoop, ControlRefused, StaleLatch
 
 from .conftest import ScriptedInference, build_loop, received_goals, wait_for
 
@@ -162,6 +165,76 @@ def test_starvation_holds_the_last_goal_then_rests_slowly(run, sim_arm, calibrat
     assert loop.dump_requests and "stall rest" in loop.dump_requests[-1]
 
 
+RES = 360 / 4096  # one raw tick of the simulated servos, in degrees
+
+
+@pytest.mark.parametrize("path", ["stall", "shutdown"])
+def test_rest_goals_pass_the_envelope_however_fast_the_rest_speed(path, sim_arm, calibration, manifest, camera):
+    """rest_speed_deg_s is how fast resting may go, not a licence to exceed max_step_deg."""
+    max_step = 3.0
+    inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_pan=15), steps=10) if n == 1 else None)
+    loop, streams = build_loop(
+        sim_arm,
+        calibration,
+        manifest,
+        inference,
+        camera,
+        n_action_steps=20,
+        stall_timeout_s=0.3 if path == "stall" else 30.0,
+        max_step_deg=max_step,
+        rest_pose={"shoulder_pan": -30.0},
+        rest_speed_deg_s=600.0,  # 12 degrees per tick at 50 Hz
+        shutdown_action="rest",
+    )
+    loop.start()
+    try:
+        wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
+        start(loop)
+        wait_for(lambda: loop.counters["starved"] > 0, what="the chunk executed")
+        t_rest = time.monotonic()
+        if path == "stall":
+            wait_for(lambda: loop.counters["stall_actions"] == 1, what="the stall action")
+            wait_for(lambda: loop.mode == "holding", what="the rest pose reached")
+        assert loop.shutdown()
+    finally:
+        streams.stop()
+    times, goals = received_goals(sim_arm, calibration)
+    pan = goals[times > t_rest, 0]
+    assert pan[-1] == pytest.approx(-30.0, abs=0.1)  # it rested
+    # The simulated servo follows a 3-degree step within a tick, so each goal's lead on the
+    # present position is its step from the goal before.
+    assert np.abs(np.diff(pan)).max() <= max_step + 2 * RES
+
+
+def test_a_blocked_joint_rests_no_further_than_max_step_from_where_it_is(run, sim_arm, calibration):
+    max_step = 3.0
+    inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_pan=15), steps=10) if n == 1 else None)
+    loop = run(
+        inference,
+        n_action_steps=20,
+        stall_timeout_s=0.3,
+        max_step_deg=max_step,
+        rest_pose={"shoulder_pan": -30.0, "elbow_flex": 10.0},
+        rest_speed_deg_s=60.0,
+    )
+    start(loop)
+    wait_for(lambda: loop.counters["starved"] > 0, what="the chunk executed")
+    pan_servo = sim_arm.simulator.servo(calibration.joints["shoulder_pan"].id)
+    pan_servo.speed = 0.0  # something holds the joint: its present position stays
+    blocked_at = calibration.joints["shoulder_pan"].to_user(round(pan_servo.position))
+    t_blocked = time.monotonic()
+    wait_for(lambda: loop.mode == "resting", what="the stall action")
+    elbow = calibration.joints["elbow_flex"]
+    wait_for(lambda: abs(loop.status()["arm"]["positions"]["elbow_flex"] - 10.0) < 0.2, what="the elbow at rest")
+    time.sleep(0.3)
+    times, goals = received_goals(sim_arm, calibration)
+    pan = goals[times > t_blocked, 0]
+    assert loop.mode == "resting"  # the pan never gets there
+    assert np.abs(pan - blocked_at).max() <= max_step + 2 * RES
+    assert pan.min() < blocked_at - 1.0  # it does push toward the rest pose, within the bound
+    assert elbow.to_user(sim_arm.simulator.servo(elbow.id).goal) == pytest.approx(10.0, abs=0.1)
+
+
 def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibration):
     rate = 50.0
     inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_lift=30, wrist_roll=-30), steps=80))
@@ -169,7 +242,7 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     start(loop)
     wait_for(lambda: loop.counters["chunks"] >= 1 and loop.counters["writes"] > 10, what="motion")
     t_req = time.monotonic()
-    loop.request_estop("test e-stop")
+    latch = loop.request_estop("test e-stop").id
     wait_for(lambda: loop.mode == "estopped", what="e-stop")
     time.sleep(0.3)
     times, _goals = received_goals(sim_arm, calibration)
@@ -181,9 +254,44 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     assert after.sum() == 1
     with pytest.raises(ControlRefused, match="e-stop is latched"):
         loop.check("start")
-    loop.request("release", "test")
+    loop.request("release", "test", latch)
     wait_for(lambda: loop.mode == "holding", what="release")
     assert loop.estop_reason is None
+
+
+def test_an_estop_after_a_queued_release_wins(run):
+    """The operator who pressed e-stop again was answered latched: the release queued for the
+    earlier latch must not clear the new one at the next tick."""
+    loop = run(ScriptedInference(lambda n, s: None), rate_hz=5.0)  # 200 ms between ticks
+    start(loop)
+    first = loop.request_estop("first press").id
+    wait_for(lambda: loop.mode == "estopped", what="e-stop")
+    assert loop.status()["estop"] == {"latched": True, "reason": "first press", "latch": first}
+    ticks = loop.counters["ticks"]
+    wait_for(lambda: loop.counters["ticks"] > ticks, what="a tick")  # the next one is 200 ms away
+    loop.check("release", first)
+    loop.request("release", "operator", first)
+    second = loop.request_estop("second press").id
+    assert second != first
+    assert loop.status()["estop"] == {"latched": True, "reason": "second press", "latch": second}
+    ticks = loop.counters["ticks"]
+    wait_for(lambda: loop.counters["ticks"] >= ticks + 2, what="two ticks")
+    assert loop.mode == "estopped"
+    assert loop.status()["estop"] == {"latched": True, "reason": "second press", "latch": second}
+    texts = [e.text() for e in loop.events.drain()]
+    refusal = f"names e-stop latch {first}, but the latch now is {second} (second press)"
+    assert any("release (asked by operator) refused" in t and refusal in t for t in texts)
+    with pytest.raises(StaleLatch, match=re.escape(refusal)) as stale:
+        loop.check("release", first)
+    assert (stale.value.named, stale.value.current.id) == (first, second)
+    with pytest.raises(ControlRefused, match="e-stop is latched"):
+        loop.check("start")
+    loop.check("release", second)
+    loop.request("release", "operator", second)
+    wait_for(lambda: loop.mode == "holding", what="release")
+    assert loop.status()["estop"] == {"latched": False, "reason": "", "latch": 0}
+    with pytest.raises(ControlRefused, match="no e-stop is latched"):
+        loop.check("release", second)
 
 
 def test_a_servo_fault_latches_the_estop_naming_the_joint(run, sim_arm, calibration):
@@ -266,6 +374,33 @@ def test_the_loop_thread_runs_on_the_control_cpu(sim_arm, calibration, manifest,
         loop.shutdown()
         streams.stop()
     assert set(loop.cpu_seen) == {cpus[-1]}
+
+
+def test_status_can_be_read_while_the_loop_ticks_on_a_new_cpu(run, monkeypatch):
+    """status() runs on the server's I/O thread while the loop counts the CPU of every tick."""
+    import runtime.control.loop as loop_module
+
+    ticking: list[ControlLoop] = []
+    first = threading.Event()
+
+    class Cpu(int):
+        def __str__(self) -> str:
+            # status() formats the CPUs it reports: the first time, let the loop tick twice meanwhile
+            if ticking and not first.is_set():
+                first.set()
+                ticks = ticking[0].counters["ticks"]
+                wait_for(lambda: ticking[0].counters["ticks"] >= ticks + 2, what="two more ticks")
+            return int.__str__(self)
+
+    cpus = itertools.count(1000)
+    monkeypatch.setattr(loop_module, "current_cpu", lambda: Cpu(next(cpus)))  # every tick on a new CPU
+    loop = run(ScriptedInference(lambda n, s: None))
+    wait_for(lambda: loop.counters["ticks"] >= 3, what="ticks")
+    ticking.append(loop)
+    seen = loop.status()["cpus_seen"]
+    assert first.is_set()
+    assert seen and all(n == 1 for n in seen.values()) and all(int(c) >= 1000 for c in seen)
+    assert len(loop.status()["cpus_seen"]) > len(seen)  # the loop went on ticking, on new CPUs
 
 
 def test_each_run_starts_a_new_observation_history(run):

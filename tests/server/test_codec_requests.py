@@ -12,7 +12,14 @@ import pytest
 from runtime.protocol.codec import decode_request, encode_request
 from runtime.protocol.errors import ServerError
 from runtime.protocol.messages import KINDS as ALL_KINDS
-from runtime.protocol.messages import HelloRequest, InferRequest, PingRequest, StatsRequest, TeleopRequest
+from runtime.protocol.messages import (
+    ControlRequest,
+    HelloRequest,
+    InferRequest,
+    PingRequest,
+    StatsRequest,
+    TeleopRequest,
+)
 
 LIMIT = 1 << 20
 KINDS = " | ".join(ALL_KINDS)
@@ -282,7 +289,53 @@ def test_long_values_are_shortened() -> None:
     assert e.received == repr("k" * 100)[:77] + "..."
 
 
-CONTROL = ("control.start", "control.stop", "control.release", "control.status", "control.dump", "control.teleop")
+CONTROL = ("control.start", "control.stop", "control.status", "control.dump", "control.teleop")
+
+
+def test_a_release_names_its_latch() -> None:
+    release = decode_request(encode_request("control.release", 4, body={"who": "ana", "latch": 3}), LIMIT)
+    assert release == ControlRequest(4, "control.release", who="ana", latch=3)
+    largest = decode_request(encode_request("control.release", 5, body={"latch": 2**63 - 1}), LIMIT)
+    assert largest.latch == 2**63 - 1  # type: ignore[union-attr]
+    assert decode_request(encode_request("control.stop", 6, body={"who": "ana"}), LIMIT).latch == 0  # type: ignore[union-attr]
+
+
+LATCH_EXPECTED = "integer >= 1"
+LATCH_MESSAGE = (
+    "control.release body.latch: expected the e-stop latch to release (an integer >= 1, as control.estop "
+    "and control.status report it), got "
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "got", "received"),
+    [
+        ({"who": "ana"}, "nothing", "nothing"),
+        ({"latch": 0}, "int 0", "0"),
+        ({"latch": -2}, "int -2", "-2"),
+        ({"latch": True}, "bool True", "True"),
+        ({"latch": 1.0}, "float 1.0", "1.0"),
+        ({"latch": "3"}, "str '3'", "'3'"),
+        ({"latch": 2**63}, f"int {2**63}", str(2**63)),
+    ],
+)
+def test_a_release_without_a_latch_it_could_name_is_refused(body: dict[str, Any], got: str, received: str) -> None:
+    assert wire(refused([pack({"v": 1, "id": 8, "kind": "control.release", "body": body})])) == (
+        "bad_request",
+        LATCH_MESSAGE + got,
+        "body.latch",
+        LATCH_EXPECTED,
+        received,
+        8,
+    )
+
+
+def test_only_a_release_takes_a_latch() -> None:
+    e = refused([pack({"v": 1, "id": 8, "kind": "control.estop", "body": {"latch": 1}})])
+    unknown = ("bad_request", "control.estop body: unknown key 'latch'", "body.latch", "reason, who", "latch", 8)
+    assert wire(e) == unknown
+    e = refused([pack({"v": 1, "id": 9, "kind": "control.release", "body": {"latch": 1, "reason": "x"}})])
+    assert (e.message, e.expected) == ("control.release body: unknown key 'reason'", "latch, who")
 
 
 def test_control_requests_carry_who_and_reason() -> None:

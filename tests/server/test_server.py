@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -188,6 +189,39 @@ def test_req_socket_clients_are_answered(server: PolicyServer, zmq_ctx: zmq.Cont
     assert req.poll(RECV_TIMEOUT_MS)
     reply = codec.decode_reply(req.recv_multipart())
     assert reply.ok and reply.id == 11
+
+
+class BrokenOnceControl:
+    """A control handler with a bug that shows on its first request only."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def handle(self, request: Any, client: str) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyError("mode")
+        return {"mode": "idle"}
+
+
+def test_a_bug_in_a_handler_is_answered_internal_and_the_next_request_is_served(
+    server: PolicyServer, zmq_ctx: zmq.Context, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.control = BrokenOnceControl()
+    endpoint = server.bound_endpoints[1]
+    with caplog.at_level(logging.ERROR, logger="runtime.server.server"):
+        reply = raw_call(zmq_ctx, endpoint, codec.encode_request("control.status", 7))
+        assert not reply.ok and reply.id == 7 and reply.kind == "control.status"
+        assert reply.error is not None and reply.error.code == "internal"
+        assert "control.status" in reply.error.message and "KeyError: 'mode'" in reply.error.message
+        again = raw_call(zmq_ctx, endpoint, codec.encode_request("control.status", 8))
+        assert again.ok and again.id == 8 and dict(again.body) == {"mode": "idle"}
+        assert raw_call(zmq_ctx, endpoint, codec.encode_request("ping", 9)).ok
+    assert server.running
+    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    assert len(tracebacks) == 1 and tracebacks[0].exc_info is not None
+    assert tracebacks[0].exc_info[0] is KeyError
+    assert server.snapshot().errors["internal"] == 1
 
 
 def test_concurrent_clients_get_their_own_chunks(server: PolicyServer) -> None:
