@@ -185,7 +185,7 @@ def run_engine_bench(
                 candidates.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
 
         if "int8" in precisions and peer:
-            run_peer, peer_ran = nncf_peer(model, example, bundles["f32"], source, n_threads, batched)
+            run_peer, peer_ran = nncf_peer(bundles["f32"], source, n_threads)
             candidates.append(("peer_openvino_nncf_int8", run_peer, peer_ran))
 
         for _, fn, _ in candidates:  # warm every candidate once more after all are loaded
@@ -234,9 +234,7 @@ def run_engine_bench(
     }
 
 
-def nncf_peer(
-    model: Any, example: dict[str, Any], f32: Any, calibration: str, threads: int, batched: bool
-) -> tuple[Callable[[], dict[str, np.ndarray]], str]:
+def nncf_peer(f32: Any, calibration: str, threads: int) -> tuple[Callable[[], dict[str, np.ndarray]], str]:
     """The INT8 peer: OpenVINO + NNCF straight from PyTorch, calibrated on the observations that
     ``quantize`` calibrates on (the same split), run on the bundle's test-case inputs."""
     import nncf
@@ -252,10 +250,14 @@ def nncf_peer(
     calib = observations[: -max(1, round(len(observations) * 0.25))]  # quantize's default hold-out
 
     def feed(obs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [obs[n][None] if batched else obs[n] for n in names]
+        return [obs[n] for n in names]
 
+    # from the bundle's own torch.export program: the graph the bundle was lowered from (tracing a
+    # LeRobot policy with TorchScript, convert_model's other path, fails its sanity checks)
+    assert manifest.portable_program is not None, "an exported f32 bundle keeps its portable program"
+    exported = torch.export.load(str(f32.path / manifest.portable_program.file))
     with torch.no_grad():
-        converted = ov.convert_model(model, example_input=tuple(example.values()))
+        converted = ov.convert_model(exported)
     dataset = nncf.Dataset(calib, feed)
     options: dict[str, Any] = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(calib)}
     # NNCF prints its progress; stdout belongs to the command's result (--json)
@@ -275,10 +277,10 @@ def nncf_peer(
     request = compiled.create_infer_request()
     inputs = feed(f32.test_case().inputs)
     name = manifest.action_output
+    index = [o.name for o in manifest.outputs].index(name)
 
     def run() -> dict[str, np.ndarray]:
-        out = np.array(request.infer(inputs, share_inputs=True)[0], copy=True)
-        return {name: out[0] if batched else out}
+        return {name: np.array(request.infer(inputs, share_inputs=True)[index], copy=True)}
 
     return run, f"int8 (arithmetic {executed_precision(compiled)})"
 

@@ -1,8 +1,8 @@
 """LeRobot checkpoints written by LeRobot's own ``save_pretrained``, for tests and benchmarks.
 
-Random weights, SO-101-like features (one camera, 6 joint positions) and normalisation statistics
-of the magnitudes a real SO-101 dataset has (joint positions of tens of degrees), so relative and
-absolute errors differ as they do in real use. Needs LeRobot (see runtime.bundle.lerobot).
+Random weights, SO-101-like features (one camera by default, or front and wrist; 6 joint positions)
+and normalisation statistics of the magnitudes a real SO-101 dataset has (joint positions of tens of
+degrees), so relative and absolute errors differ as they do in real use. Needs LeRobot (see runtime.bundle.lerobot).
 """
 
 from __future__ import annotations
@@ -23,14 +23,17 @@ SO101_ACTION_NAMES = (
 Size = Literal["tiny", "act"]
 
 
-def _stats(torch: Any, camera: str, dim: int, seed: int) -> dict[str, dict[str, Any]]:
+def _stats(torch: Any, cameras: tuple[str, ...], dim: int, seed: int) -> dict[str, dict[str, Any]]:
     g = torch.Generator().manual_seed(seed)
     return {
-        camera: {
-            "mean": torch.rand(3, 1, 1, generator=g) * 0.2 + 0.4,
-            "std": torch.rand(3, 1, 1, generator=g) * 0.1 + 0.2,
-            "min": torch.zeros(3, 1, 1),
-            "max": torch.ones(3, 1, 1),
+        **{
+            camera: {
+                "mean": torch.rand(3, 1, 1, generator=g) * 0.2 + 0.4,
+                "std": torch.rand(3, 1, 1, generator=g) * 0.1 + 0.2,
+                "min": torch.zeros(3, 1, 1),
+                "max": torch.ones(3, 1, 1),
+            }
+            for camera in cameras
         },
         "observation.state": {
             "mean": torch.randn(dim, generator=g) * 30,
@@ -54,17 +57,21 @@ def write_checkpoint(
     *,
     image_hw: tuple[int, int] | None = None,
     seed: int = 0,
+    cameras: tuple[str, ...] = ("front",),
 ) -> Path:
-    """Write a checkpoint directory as LeRobot's training does: policy, preprocessor, postprocessor."""
+    """Write a checkpoint directory as LeRobot's training does: policy, preprocessor, postprocessor.
+
+    ``cameras``: the image features, ``observation.images.<name>`` each (an SO-101 setup records
+    ``front`` and ``wrist``)."""
     import_lerobot()
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import make_pre_post_processors
 
-    camera = "observation.images.front"
+    names = tuple(f"observation.images.{c}" for c in cameras)
     h, w = image_hw or ((96, 128) if size == "tiny" else (480, 640))
     inputs = {
-        camera: PolicyFeature(FeatureType.VISUAL, (3, h, w)),
+        **{camera: PolicyFeature(FeatureType.VISUAL, (3, h, w)) for camera in names},
         "observation.state": PolicyFeature(FeatureType.STATE, (6,)),
     }
     outputs = {"action": PolicyFeature(FeatureType.ACTION, (6,))}
@@ -113,7 +120,7 @@ def write_checkpoint(
             **shape,
         )
         policy = DiffusionPolicy(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(torch, camera, 6, seed))
+    pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(torch, names, 6, seed))
     path = Path(out)
     policy.save_pretrained(path)
     pre.save_pretrained(path)
@@ -122,12 +129,15 @@ def write_checkpoint(
 
 
 if __name__ == "__main__":
-    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act]
+    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act] [CAMERA,CAMERA...]
     import sys
 
     args = sys.argv[1:]
     if not args:
-        raise SystemExit("usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act]")
+        raise SystemExit(
+            "usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act] [front,wrist]"
+        )
     kind = args[1] if len(args) > 1 else "act"
     size = args[2] if len(args) > 2 else "act"
-    print(write_checkpoint(args[0], kind, size))  # type: ignore[arg-type]
+    cams = tuple(args[3].split(",")) if len(args) > 3 else ("front",)
+    print(write_checkpoint(args[0], kind, size, cameras=cams))  # type: ignore[arg-type]
