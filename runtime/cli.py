@@ -37,7 +37,7 @@ def exit_status(exc: LerobotRuntimeError) -> int:
 
 COMMAND_MODULES = (
     "runtime.commands.engine",  # export, lower, check, bench engine
-    "runtime.commands.serve",  # serve, keys, bench serve
+    "runtime.commands.serve",  # serve, keys, bench serve, canary, soak
     "runtime.commands.control",  # control, camera, replay, bench loop
     "runtime.commands.teleop",  # teleop, bench teleop
     "runtime.commands.bundle",  # bundle install

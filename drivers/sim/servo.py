@@ -18,7 +18,10 @@ DYNAMIXEL_OVERHEAT = 0x04
 DYNAMIXEL_VOLTAGE = 0x01
 
 FIRMWARE_VERSION = 46  # what an XL330 of 2024 reports; only echoed in ping replies
-LOG_LENGTH = 100_000  # about an hour of goals at 30 Hz; older entries fall off
+# Goals (and torque writes) kept per servo; older entries fall off. What reads them (tests, bench
+# teleop) looks at seconds of writes; an entry costs ~115 B, so the 6 servos of a demo arm left on
+# hold about 1.4 MB (100,000 kept 69 MB, and a daemon on the sim arm grew 1.2 MB a minute for 55 min).
+LOG_LENGTH = 2048  # 68 s of goals at 30 Hz
 
 
 @dataclass

@@ -22,11 +22,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from drivers.sim.servo import LOG_LENGTH
 from runtime.bench.loop import cpu_flags
 from runtime.paths import data_root
 
@@ -72,6 +74,9 @@ def run_teleop_bench(*, seconds: float, rate_hz: float) -> dict[str, Any]:
         try:
             assert daemon.server is not None and daemon.arm is not None and daemon.arm.sim is not None
             endpoint = daemon.server.bound_endpoints[0]
+            # The moves are found in the servo's goal log afterwards: it must hold the whole run.
+            servo = daemon.arm.sim.simulator.servo(daemon.arm.sim.bus.calibration.joints[JOINT].id)
+            servo.goal_log = deque(maxlen=max(LOG_LENGTH, round((seconds + 60) * rate_hz)))
             station = subprocess.run(
                 [sys.executable, "-m", "runtime.bench.teleop", "station", endpoint, str(seconds), calibration],
                 capture_output=True,

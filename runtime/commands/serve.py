@@ -1,4 +1,4 @@
-"""``lerobot-runtime serve``, ``keys``, ``bench serve`` and ``bench canary``."""
+"""``lerobot-runtime serve``, ``keys``, ``bench serve``, ``bench canary`` and ``bench soak``."""
 
 from __future__ import annotations
 
@@ -55,6 +55,21 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     c.add_argument("--checks", type=int, default=100, help="timed checks for the cost per check (default 100)")
     c.set_defaults(func=_bench_canary)
 
+    s = bench.add_parser(
+        "soak", help="the demo daemon's RSS and file descriptors over minutes of back-to-back infers"
+    )
+    s.add_argument("--minutes", type=float, default=10.0, help="how long the load runs (default 10)")
+    s.add_argument("--interval", type=float, default=5.0, metavar="S", help="seconds between samples (default 5)")
+    s.add_argument(
+        "--malloc-arena-max",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start the daemon with MALLOC_ARENA_MAX=N (glibc; default: unset)",
+    )
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=_bench_soak)
+
 
 def _serve(args: argparse.Namespace) -> int:
     from runtime.config import load_config
@@ -106,6 +121,16 @@ def _bench_canary(args: argparse.Namespace) -> int:
     from runtime.bench.canary import format_table, run_bench
 
     result = run_bench(_engine_maker(args), requests=args.requests, checks=args.checks, control_cpu=args.control_cpu)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def _bench_soak(args: argparse.Namespace) -> int:
+    import json
+
+    from runtime.bench.soak import format_table, run_soak_bench
+
+    result = run_soak_bench(minutes=args.minutes, interval_s=args.interval, malloc_arena_max=args.malloc_arena_max)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 
