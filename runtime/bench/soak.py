@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +44,39 @@ def _free_tcp_port() -> int:
         return port
 
 
-def _config(workdir: Path, port: int) -> Path:
+@dataclass(frozen=True)
+class Camera:
+    """One synthetic camera process filling one image input of the policy."""
+
+    input: str
+    endpoint: str
+    height: int
+    width: int
+
+
+def _cameras(workdir: Path, bundle: str) -> list[Camera]:
+    """A camera per image input of ``bundle`` (the demo bundle's one front camera when empty)."""
+    if not bundle:
+        return [Camera("observation.images.front", f"ipc://{workdir}/camera-0.sock", 96, 128)]
+    from runtime.bundle.bundle import Bundle
+
+    manifest = Bundle.open(bundle).manifest
+    images = [s for s in manifest.observation_inputs if s.dtype == "uint8" and len(s.shape) == 3]
+    return [Camera(s.name, f"ipc://{workdir}/camera-{i}.sock", s.shape[0], s.shape[1]) for i, s in enumerate(images)]
+
+
+def _config(workdir: Path, port: int, bundle: str, cameras: list[Camera]) -> Path:
     path = workdir / "config.toml"
+    engine = f'[engine]\nbundle = "{Path(bundle).resolve()}"\n' if bundle else ""
+    streams = "".join(
+        f'[[control.streams]]\ninput = "{c.input}"\nendpoint = "{c.endpoint}"\nmax_age_ms = 200.0\n' for c in cameras
+    )
     path.write_text(
-        "# bench soak: the demo daemon (built-in defaults) on endpoints of its own\n"
+        "# bench soak: the daemon (built-in defaults but for the bundle) on endpoints of its own\n"
+        f"{engine}"
         "[server]\n"
         f'endpoints = ["ipc://{workdir}/policy.sock", "tcp://127.0.0.1:{port}"]\n'
-        "[[control.streams]]\n"
-        'input = "observation.images.front"\n'
-        f'endpoint = "ipc://{workdir}/camera-front.sock"\n'
-        "max_age_ms = 200.0\n"
+        f"{streams}"
         "[daemon]\n"
         f'state_dir = "{workdir}/state"\n'
     )
@@ -134,9 +158,13 @@ def _at(samples: list[dict[str, Any]], t_s: float) -> dict[str, Any]:
     return next((s for s in samples if s["t_s"] >= t_s), samples[-1])
 
 
-def run_soak_bench(*, minutes: float, interval_s: float = 5.0, malloc_arena_max: int = 0) -> dict[str, Any]:
-    """Run the demo daemon under back-to-back infers for ``minutes`` and sample it every ``interval_s``.
+def run_soak_bench(
+    *, minutes: float, interval_s: float = 5.0, malloc_arena_max: int = 0, bundle: str = ""
+) -> dict[str, Any]:
+    """Run the daemon under back-to-back infers for ``minutes`` and sample it every ``interval_s``.
 
+    ``bundle``: serve this bundle instead of the demo one, with a synthetic camera per image input;
+    the serving canary runs at its default period either way, and the result says what it saw.
     ``malloc_arena_max`` > 0 starts the daemon with ``MALLOC_ARENA_MAX`` set (glibc's arena count).
     """
     import psutil
@@ -152,23 +180,41 @@ def run_soak_bench(*, minutes: float, interval_s: float = 5.0, malloc_arena_max:
     with tempfile.TemporaryDirectory(prefix="lrt-bench-soak-") as tmp:
         workdir = Path(tmp)
         port = _free_tcp_port()
-        config = _config(workdir, port)
+        cameras = _cameras(workdir, bundle)
+        config = _config(workdir, port, bundle, cameras)
         ipc, tcp = f"ipc://{workdir}/policy.sock", f"tcp://127.0.0.1:{port}"
         env = dict(os.environ)
         if malloc_arena_max > 0:
             env["MALLOC_ARENA_MAX"] = str(malloc_arena_max)
         daemon_log = workdir / "daemon.log"
         runtime_cmd = [sys.executable, "-m", "runtime", "--log-level"]
-        daemon = camera = client = None
+        daemon = client = None
+        camera_procs: list[subprocess.Popen[Any]] = []
         try:
             with daemon_log.open("w") as out:
                 daemon = subprocess.Popen(
                     [*runtime_cmd, "INFO", "serve", "--config", str(config)], stdout=out, stderr=out, env=env
                 )
-            camera = subprocess.Popen(
-                [*runtime_cmd, "WARNING", "camera", "--synthetic", "--endpoint", f"ipc://{workdir}/camera-front.sock"],
-                stdout=subprocess.DEVNULL,
-            )
+            for c in cameras:
+                camera_procs.append(
+                    subprocess.Popen(
+                        [
+                            *runtime_cmd,
+                            "WARNING",
+                            "camera",
+                            "--synthetic",
+                            "--input",
+                            c.input,
+                            "--height",
+                            str(c.height),
+                            "--width",
+                            str(c.width),
+                            "--endpoint",
+                            c.endpoint,
+                        ],
+                        stdout=subprocess.DEVNULL,
+                    )
+                )
             _wait_ready(ipc, daemon, daemon_log)
             _start_motion(ipc)
             client = subprocess.Popen(
@@ -208,7 +254,8 @@ def run_soak_bench(*, minutes: float, interval_s: float = 5.0, malloc_arena_max:
             load: dict[str, Any] = json.loads(out_text.strip().splitlines()[-1])
         finally:
             _stop(client, signal.SIGKILL)
-            _stop(camera)
+            for camera in camera_procs:
+                _stop(camera)
             daemon_status = _stop(daemon)
     first, last = _at(samples, FIRST_MINUTE_S), samples[-1]
     growth = round(last["rss_mb"] - first["rss_mb"], 2)
@@ -223,6 +270,8 @@ def run_soak_bench(*, minutes: float, interval_s: float = 5.0, malloc_arena_max:
         "replies_per_s": round(load["replies"] / load["seconds"], 1) if load["seconds"] else 0.0,
         "server_replies_ok": stats.replies_ok,
         "server_errors": dict(stats.errors),
+        "bundle": bundle or "demo",
+        "canary": dict(stats.verification),
         "ticks": last["ticks"],
         "overruns": last["overruns"],
         "mode_at_end": last["mode"],
@@ -238,7 +287,7 @@ def run_soak_bench(*, minutes: float, interval_s: float = 5.0, malloc_arena_max:
 def format_table(result: dict[str, Any]) -> str:
     arena = f", MALLOC_ARENA_MAX={result['malloc_arena_max']}" if result["malloc_arena_max"] else ""
     lines = [
-        f"bench soak: {result['minutes']:g} min, demo daemon with its control loop running{arena}",
+        f"bench soak: {result['minutes']:g} min, bundle {result['bundle']}, the control loop running{arena}",
         f"CPU: {result['cpu']}",
         f"load: {result['load']}",
         "",
@@ -263,6 +312,14 @@ def format_table(result: dict[str, Any]) -> str:
         + (f" {result['errors']}" if errors else "")
         + f"; ticks {result['ticks']}, overruns {result['overruns']}, control mode at the end {result['mode_at_end']}",
     ]
+    canary = result.get("canary") or {}
+    if canary:
+        worst = canary.get("worst_max_abs_err")
+        text = f"canary: {canary.get('checks', 0)} checks every {canary.get('interval_s', 0):g} s, "
+        text += f"FAILED: {canary.get('failure')}" if canary.get("failed") else "no failure"
+        if worst is not None:
+            text += f", worst error {worst:.3g} {canary.get('units')} (tolerance {canary.get('tolerance'):.3g})"
+        lines.append(text)
     return "\n".join(lines)
 
 

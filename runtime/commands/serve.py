@@ -56,9 +56,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     c.set_defaults(func=_bench_canary)
 
     s = bench.add_parser(
-        "soak", help="the demo daemon's RSS and file descriptors over minutes of back-to-back infers"
+        "soak", help="the daemon's RSS, file descriptors and canary over minutes of back-to-back infers"
     )
     s.add_argument("--minutes", type=float, default=10.0, help="how long the load runs (default 10)")
+    s.add_argument(
+        "--bundle",
+        default="",
+        metavar="DIR",
+        help="serve this bundle, a synthetic camera per image input (default: the demo bundle)",
+    )
     s.add_argument("--interval", type=float, default=5.0, metavar="S", help="seconds between samples (default 5)")
     s.add_argument(
         "--malloc-arena-max",
@@ -130,7 +136,9 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
     from runtime.bench.soak import format_table, run_soak_bench
 
-    result = run_soak_bench(minutes=args.minutes, interval_s=args.interval, malloc_arena_max=args.malloc_arena_max)
+    result = run_soak_bench(
+        minutes=args.minutes, interval_s=args.interval, malloc_arena_max=args.malloc_arena_max, bundle=args.bundle
+    )
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 
