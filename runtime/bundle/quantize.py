@@ -28,6 +28,7 @@ import numpy as np
 
 from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.bundle.manifest import HISTORY_ROLES, FileEntry, Manifest, TestCaseEntry
+from runtime.bundle.shared_weights import unshare_weights
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ExportError, InputValidationError, ParityError, RecordingError
 from runtime.recording.layout import INFO_PATH
@@ -200,10 +201,12 @@ def quantize_bundle(
         bias_correction = True
 
         def run(**options: Any) -> Any:
+            module = exported.module()
+            unshare_weights(module)  # else a second camera's backbone stays float (shared_weights.py)
             # the quantizer prints its progress; stdout belongs to the command's result (--json)
             with redirect_stdout(sys.stderr):
                 return quantize_model(
-                    exported.module(), data, mode=QuantizationMode.INT8_TRANSFORMER, subset_size=len(data), **options
+                    module, data, mode=QuantizationMode.INT8_TRANSFORMER, subset_size=len(data), **options
                 )
 
         try:

@@ -1,0 +1,102 @@
+"""INT8 of a policy whose cameras share one backbone: every use of the shared weights is quantised.
+
+Checked where it matters, in what OpenVINO runs: the runtime precision of each convolution in the
+INT8 program's execution graph."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.export
+torch = pytest.importorskip("torch")
+pytest.importorskip("executorch")
+
+
+class TwoCameras(torch.nn.Module):
+    """One backbone run on each of two cameras, as LeRobot's ACT does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU()
+        )
+        self.head = torch.nn.Linear(32 + 6, 12)
+
+    def forward(self, front: torch.Tensor, wrist: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        a = self.backbone(front.permute(2, 0, 1)[None].float() / 255).mean((2, 3))[0]
+        b = self.backbone(wrist.permute(2, 0, 1)[None].float() / 255).mean((2, 3))[0]
+        return self.head(torch.cat([a, b, state])).reshape(2, 6)
+
+
+NAMES = ("observation.images.front", "observation.images.wrist", "observation.state")
+
+
+def _example(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        NAMES[0]: rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+        NAMES[1]: rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+        NAMES[2]: rng.normal(size=6).astype(np.float32),
+    }
+
+
+def test_each_use_gets_a_copy_and_the_module_computes_the_same() -> None:
+    from runtime.bundle.shared_weights import unshare_weights
+
+    model = TwoCameras().eval()
+    example = tuple(torch.from_numpy(v) for v in _example(np.random.default_rng(0)).values())
+    gm = torch.export.export(model, example).module()
+    before = gm(*example)
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
+    assert len({c.args[1] for c in convs}) == 2  # four convolutions, two weights
+    assert unshare_weights(gm) == 2
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
+    assert len({c.args[1] for c in convs}) == 4  # a weight each
+    torch.testing.assert_close(gm(*example), before, rtol=0, atol=0)
+    assert unshare_weights(gm) == 0  # nothing shared any more
+
+
+def _conv_precisions(bundle: Path) -> Counter[str]:
+    import openvino as ov
+
+    from runtime.bundle.bundle import Bundle
+    from runtime.bundle.pte import parse_program
+    from runtime.engine.openvino_engine import import_blob
+    from runtime.engine.precision import ov_precision_name
+
+    method = parse_program(Bundle.open(bundle).read_program("CPU"), str(bundle))["forward"]
+    compiled, _ = import_blob(ov.Core(), bytes(method.delegates[0].payload), "CPU", {})
+    seen: Counter[str] = Counter()
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if info["layerType"].astype(str) == "Convolution":
+            seen[ov_precision_name(info["runtimePrecision"].astype(str))] += 1
+    return seen
+
+
+def test_int8_quantises_both_cameras_backbone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.bundle import quantize
+    from runtime.bundle.export import export_bundle
+    from runtime.bundle.quantize import quantize_bundle
+
+    rng = np.random.default_rng(1)
+    example = {k: torch.from_numpy(v) for k, v in _example(rng).items()}
+    f32 = tmp_path / "f32"
+    torch.manual_seed(0)
+    export_bundle(lambda: (TwoCameras().eval(), example), f32, action_names=tuple("abcdef"))
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(12):
+        np.savez(calib / f"obs_{i:02d}.npz", **_example(rng))  # type: ignore[arg-type]
+
+    quantize_bundle(f32, calib, tmp_path / "int8", max_error=5.0)
+    assert _conv_precisions(tmp_path / "int8") == Counter({"int8": 4})  # both cameras, both layers
+
+    # what the same quantisation leaves when the cameras share the weights: one camera in float
+    monkeypatch.setattr(quantize, "unshare_weights", lambda gm: 0)
+    quantize_bundle(f32, calib, tmp_path / "shared", max_error=5.0)
+    shared = _conv_precisions(tmp_path / "shared")
+    assert shared["int8"] == 2 and sum(shared.values()) == 4
