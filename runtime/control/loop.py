@@ -7,9 +7,10 @@ One thread, pinned to the control CPU and (where allowed) SCHED_FIFO, ticks on a
 
 Inference never runs here: the loop hands an observation (joint state of this tick plus the newest
 camera parts) to the inference worker and carries on; the finished chunk comes back through a
-one-slot handoff and is merged at the next tick, keyed by the tick its observation was taken at.
-Other threads talk to the loop only through flags and deques; nothing in the tick waits on a lock a
-slow thread holds, and nothing in it logs (events are logged by the daemon's main thread).
+one-slot handoff (:class:`~runtime.control.handoff.Latest`) and is merged at the next tick, keyed by
+the tick its observation was taken at. Other threads talk to the loop only through flags and deques;
+nothing in the tick waits on a lock a slow thread holds, and nothing in it logs (events are logged by
+the daemon's main thread).
 
 Every e-stop request is a latch of its own, numbered from 1 (:class:`Latch`), taken at the next tick
 before any command; a release names the latch it saw and is refused if a newer one came since, so an
@@ -47,6 +48,7 @@ from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig
 from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
+from runtime.control.handoff import Latest
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
 from runtime.control.streams import ObservationStreams
@@ -93,6 +95,17 @@ class ArmBus(Protocol):
 
 class ControlRefused(Exception):
     """A control request that cannot be carried out now; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    """What the inference worker hands back: ``gen`` is the plan it was asked for (a newer plan
+    discards it), ``obs_tick`` the tick its observation was taken at."""
+
+    gen: int
+    obs_tick: int
+    actions: np.ndarray | None
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +204,7 @@ class ControlLoop:
         self._rest_target: np.ndarray | None = None
         self._gen = 0
         self._inflight_since: float | None = None
-        self._result: tuple[int, int, np.ndarray | None, str | None] | None = None
+        self._result: Latest[ChunkResult] = Latest()
         self._got_first = False
         self._new_history = True  # the next observation starts the policy's history (a new run)
         self._stall_since: float | None = None
@@ -635,7 +648,7 @@ class ControlLoop:
     # --- running ------------------------------------------------------------------------------------------
 
     def _collect(self, k: int, present: np.ndarray | None) -> None:
-        result = self._result
+        result = self._result.take()
         if result is None:
             since = self._inflight_since
             if since is not None and self._clock() - since > self.config.safety.stall_timeout_s:
@@ -648,9 +661,8 @@ class ControlLoop:
                 self._gen += 1
                 self._inflight_since = None
             return
-        self._result = None
         self._inflight_since = None
-        gen, obs_tick, actions, error = result
+        gen, obs_tick, actions, error = result.gen, result.obs_tick, result.actions, result.error
         if gen != self._gen:
             self.counters["chunks_discarded"] += 1
             return
@@ -806,7 +818,7 @@ class ControlLoop:
         self._inflight_since = self._clock()
 
         def done(actions: np.ndarray | None, error: str | None) -> None:
-            self._result = (gen, k, actions, error)
+            self._result.put(ChunkResult(gen, k, actions, error))
 
         if not self.inference.submit(arrays, done, reset=self._new_history):
             self._inflight_since = None
