@@ -51,7 +51,7 @@ class LoopControl:
             return self.status()
         if kind == "control.estop":
             latch = loop.request_estop(request.reason or f"requested by {who}")
-            return {"mode": loop.mode, "estop": estop_status(latch)}
+            return {"mode": loop.mode.value, "estop": estop_status(latch)}
         if kind == "control.dump":
             loop.dump_requests.append(f"requested by {who}")
             return {"directory": str(self.state_dir)}
@@ -86,8 +86,8 @@ class LoopControl:
         loop.request(command, who, request.latch)
         if command == "release":
             # Accepted means queued: an e-stop before the next tick still wins (the log says so).
-            return {"accepted": True, "mode": loop.mode, "latch": request.latch}
-        return {"accepted": True, "mode": loop.mode}
+            return {"accepted": True, "mode": loop.mode.value, "latch": request.latch}
+        return {"accepted": True, "mode": loop.mode.value}
 
     def status(self) -> dict[str, Any]:
         status = self.loop.status()

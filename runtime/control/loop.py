@@ -16,11 +16,11 @@ Every e-stop request is a latch of its own, numbered from 1 (:class:`Latch`), ta
 before any command; a release names the latch it saw and is refused if a newer one came since, so an
 e-stop pressed while a release is on its way is never lost.
 
-Modes: ``idle`` (never commanded, or torque off), ``running`` (executing chunks), ``teleop`` (a
-station's leader pose, after a hand-over that does not jump), ``holding`` (torque on, a fixed goal),
-``resting`` (moving slowly to the rest pose), ``estopped`` (latched). The goal's source, as recorded
-and reported, is ``policy`` (running), ``teleop`` or ``hold`` (everything else); exactly one at a time,
-switched only by an explicit request.
+Modes (:class:`~runtime.control.mode.Mode`): ``idle`` (never commanded, or torque off), ``running``
+(executing chunks), ``teleop`` (a station's leader pose, after a hand-over that does not jump),
+``holding`` (torque on, a fixed goal), ``resting`` (moving slowly to the rest pose), ``estopped``
+(latched). The goal's source, as recorded and reported, is ``policy`` (running), ``teleop`` or
+``hold`` (everything else); exactly one at a time, switched only by an explicit request.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from runtime.control.config import ControlConfig
 from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
 from runtime.control.handoff import Latest
+from runtime.control.mode import MOVING, Mode, Source, source_of
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
 from runtime.control.streams import ObservationStreams
@@ -190,7 +191,7 @@ class ControlLoop:
         self.episodes: EpisodeTap | None = None
         self._intervention = False
         self.last_teleop_seq = -1
-        self.mode = "idle"
+        self.mode = Mode.IDLE
         self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
         self._estops: deque[Latch] = deque()  # requested, taken at the next tick (other threads append)
         #: the e-stop in effect (set and cleared by the loop thread only)
@@ -393,11 +394,11 @@ class ControlLoop:
         goal: np.ndarray | None = None
         requested: np.ndarray | None = None
         if present is not None:
-            if self.mode == "running":
+            if self.mode is Mode.RUNNING:
                 goal, requested = self._running(k, now, present)
-            elif self.mode == "teleop":
+            elif self.mode is Mode.TELEOP:
                 goal, requested = self._teleop(now, present)
-            elif self.mode == "resting":
+            elif self.mode is Mode.RESTING:
                 goal = self._resting()
             if goal is not None:
                 self._write(goal)
@@ -407,8 +408,8 @@ class ControlLoop:
                 present,
                 goal if goal is not None else self._hold_goal,
                 requested,
-                self.source if requested is not None else "hold",
-                self._intervention and self.mode == "teleop",
+                (self.source if requested is not None else Source.HOLD).value,
+                self._intervention and self.mode is Mode.TELEOP,
             )
         self.recorder.record(
             now,
@@ -491,14 +492,14 @@ class ControlLoop:
             )
             return
         previous = self.mode
-        self.mode = "estopped"
+        self.mode = Mode.ESTOPPED
         self._gen += 1
         self.queue.clear()
         action = self.config.safety.estop_action
         where = present if present is not None else self.present
         if action == "torque_off":
             self._torque_off()
-        elif where is not None and previous != "idle":
+        elif where is not None and previous is not Mode.IDLE:
             self._hold_goal = where.copy()
             self._write(where)
             self.envelope.hold(where)
@@ -529,7 +530,7 @@ class ControlLoop:
             self._take_over(who, present)
         elif command == "start":
             assert present is not None
-            if self.mode in ("idle",):
+            if self.mode is Mode.IDLE:
                 try:
                     self.bus.enable_torque()
                 except BusError as e:
@@ -545,20 +546,20 @@ class ControlLoop:
             self._stall_key = ""
             self._stall_acted = False
             was = self.mode
-            self.mode = "running"
+            self.mode = Mode.RUNNING
             self._intervention = False
             self.counters["starts"] += 1
             self.events.emit(
                 logging.INFO, "control: source policy (was %s), motion started (asked by %s)", was, who or "?"
             )
         elif command == "stop":
-            if self.mode in ("running", "resting", "teleop"):
+            if self.mode in MOVING:
                 self._hold_present()
             self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
         elif command == "release":
             self.latch = None
             held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
-            self.mode = "holding" if held else "idle"
+            self.mode = Mode.HOLDING if held else Mode.IDLE
             self.events.emit(
                 logging.WARNING, "control: e-stop latch %d released by %s; arm %s", latch, who or "?", self.mode
             )
@@ -571,9 +572,9 @@ class ControlLoop:
             )
             return
         was = self.mode
-        if was == "teleop":
+        if was is Mode.TELEOP:
             return
-        if was == "idle":
+        if was is Mode.IDLE:
             try:
                 self.bus.enable_torque()
             except BusError as e:
@@ -581,18 +582,18 @@ class ControlLoop:
                 return
             self.envelope.reset(present)
             self._last_goal = present.copy()
-        elif self._last_goal is None or was != "running":
+        elif self._last_goal is None or was is not Mode.RUNNING:
             self.envelope.reset(present)
             self._last_goal = present.copy()
         # A chunk in flight is for the policy's plan, which ends here.
         self._gen += 1
         self.queue.clear()
-        self._intervention = was == "running"
+        self._intervention = was is Mode.RUNNING
         self._stall_since = None
         self._stall_key = ""
         self._stall_acted = False
         self.teleop.begin()
-        self.mode = "teleop"
+        self.mode = Mode.TELEOP
         self.counters["takeovers"] += 1
         self.events.emit(
             logging.INFO,
@@ -610,7 +611,7 @@ class ControlLoop:
             self._hold_goal = where.copy()
             self._write(where)
             self.envelope.hold(where)
-        self.mode = "holding"
+        self.mode = Mode.HOLDING
 
     def _torque_off(self) -> None:
         try:
@@ -627,13 +628,13 @@ class ControlLoop:
         was = self.mode
         if self.episodes is not None:
             self.episodes.end()
-        if was in ("running", "resting", "holding", "teleop"):
+        if was in MOVING or was is Mode.HOLDING:
             self._hold_present()
             action = self.config.safety.shutdown_action
             if action == "rest":
                 self._start_rest()
                 end = self._clock() + SHUTDOWN_REST_LIMIT_S
-                while self.mode == "resting" and self._clock() < end:
+                while self.mode is Mode.RESTING and self._clock() < end:
                     self.ticker.wait()
                     if self._read() is not None:
                         goal = self._resting()
@@ -641,7 +642,7 @@ class ControlLoop:
                             self._write(goal)
             elif action == "torque_off":
                 self._torque_off()
-                self.mode = "idle"
+                self.mode = Mode.IDLE
         self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, self.mode)
         self._shutdown_done.set()
 
@@ -748,9 +749,9 @@ class ControlLoop:
         return self.envelope.apply(requested, present), requested.copy()
 
     @property
-    def source(self) -> str:
-        """Who commands the arm now: ``policy``, ``teleop`` or ``hold``."""
-        return "policy" if self.mode == "running" else "teleop" if self.mode == "teleop" else "hold"
+    def source(self) -> Source:
+        """Who commands the arm now."""
+        return source_of(self.mode)
 
     def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
         """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
@@ -779,7 +780,7 @@ class ControlLoop:
                 self._gen += 1
                 self.queue.clear()
                 self._torque_off()
-                self.mode = "idle"
+                self.mode = Mode.IDLE
                 return None
         return self._hold_goal
 
@@ -836,19 +837,19 @@ class ControlLoop:
         if start is None:
             return
         self._rest_target = self.envelope.rest_target(start)
-        self.mode = "resting"
+        self.mode = Mode.RESTING
 
     def _resting(self) -> np.ndarray | None:
         """This tick's goal on the way to the rest pose: at ``rest_speed_deg_s``, through the envelope."""
         target, present = self._rest_target, self.present
         if target is None or present is None:
-            self.mode = "holding"
+            self.mode = Mode.HOLDING
             return None
         step = self.config.safety.rest_speed_deg_s * self.period
         # From where the arm is, not from the last goal: a blocked joint's goal must not run away.
         goal = self.envelope.apply(present + np.clip(target - present, -step, step), present)
         if np.allclose(goal, target, atol=1e-6):
-            self.mode = "holding"
+            self.mode = Mode.HOLDING
             self._hold_goal = target.copy()
             self.envelope.hold(target)
             self.events.emit(logging.INFO, "control: rest pose reached; holding")
@@ -863,15 +864,15 @@ class ControlLoop:
         stale = self.streams.stale(self._clock()) if self.streams is not None else []
         k = self.ticker.tick
         return {
-            "mode": self.mode,
-            "source": self.source,
+            "mode": self.mode.value,
+            "source": self.source.value,
             "teleop": {
-                "phase": self.teleop.phase if self.mode == "teleop" else "",
+                "phase": self.teleop.phase if self.mode is Mode.TELEOP else "",
                 "handover": self.teleop.config.handover,
                 "last_seq": self.last_teleop_seq,
                 "targets": self.teleop.received,
                 "out_of_order": self.teleop.out_of_order,
-                "intervention": self._intervention and self.mode == "teleop",
+                "intervention": self._intervention and self.mode is Mode.TELEOP,
             },
             "recording": self.episodes.status() if self.episodes is not None else None,
             "estop": estop_status(self.estop),
@@ -918,10 +919,10 @@ def estop_status(latch: Latch | None) -> dict[str, Any]:
     return {"latched": True, "reason": latch.reason, "latch": latch.id}
 
 
-def _estop_effect(action: str, previous_mode: str) -> str:
+def _estop_effect(action: str, previous_mode: Mode) -> str:
     if action == "torque_off":
         return "torque off"
-    return "holding the present pose" if previous_mode != "idle" else "arm idle"
+    return "holding the present pose" if previous_mode is not Mode.IDLE else "arm idle"
 
 
 def _describe_stale(stale: list[tuple[str, float | None]], streams: ObservationStreams) -> str:

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("idle", "running", "holding", "resting", "estopped", "teleop")
-MODE_CODE = {m: i for i, m in enumerate(MODES)}
+from runtime.control.mode import Mode
+
+MODES = tuple(m.value for m in Mode)  # a recording's mode codes index this (written in its meta)
+MODE_CODE = {m: i for i, m in enumerate(Mode)}
 
 
 class FlightRecorder:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from runtime.control.loop import ControlLoop, ControlRefused
+from runtime.control.mode import Mode
 from runtime.protocol.errors import BadRequestError, ControlRefusedError, NoSessionError, SessionHeldError
 from runtime.protocol.messages import TeleopRequest
 from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
@@ -49,7 +50,7 @@ class TeleopControl:
             lost.who,
             self.sessions.timeout_s * 1e3,
         )
-        if self.loop.mode == "teleop":
+        if self.loop.mode is Mode.TELEOP:
             self.loop.request("stop", f"{lost.who} (session lost)")
 
     def handle(self, request: TeleopRequest, client: str) -> dict[str, Any]:
@@ -78,7 +79,7 @@ class TeleopControl:
                 "rate_hz": loop.rate_hz,
                 "deadman_ms": loop.teleop.config.deadman_ms,
                 "session_timeout_ms": self.sessions.timeout_s * 1e3,
-                "mode": loop.mode,
+                "mode": loop.mode.value,
             }
         try:
             session = self.sessions.check(request.session, now)
@@ -114,9 +115,9 @@ class TeleopControl:
             self.sessions.close(request.session, now)
             loop.teleop.clear()
             loop.events.emit(logging.INFO, "teleop: session of %s closed", who)
-            if loop.mode == "teleop":
+            if loop.mode is Mode.TELEOP:
                 loop.request("stop", f"{who} (session closed)")
-        return {"accepted": True, "mode": loop.mode}
+        return {"accepted": True, "mode": loop.mode.value}
 
     def _command(self, command: str, who: str, request: TeleopRequest) -> None:
         try:
@@ -133,8 +134,8 @@ class TeleopControl:
             "next_tick_ms": round(max(0.0, ticker.deadline(ticker.tick + 1) - now) * 1e3, 3),
             "seq": seq,
             "accepted": accepted,
-            "mode": loop.mode,
-            "phase": loop.teleop.phase if loop.mode == "teleop" else "",
+            "mode": loop.mode.value,
+            "phase": loop.teleop.phase if loop.mode is Mode.TELEOP else "",
             "estop": loop.estop_reason or "",
             "clamps": sum(loop.envelope.counts.values()),
             "recording": loop.episodes is not None and loop.episodes.active,
