@@ -143,41 +143,40 @@ def _run_case(
         loop.check("start")
         loop.request("start", "bench")
         deadline = time.monotonic() + 60
-        while loop.counters["chunks"] < 1 and time.monotonic() < deadline:
+        while loop.snapshot().counters["chunks"] < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
-        if loop.counters["chunks"] < 1:
-            raise RuntimeError(f"no chunk reached the loop within 60 s ({dict(loop.counters)})")
+        if loop.snapshot().counters["chunks"] < 1:
+            raise RuntimeError(f"no chunk reached the loop within 60 s ({dict(loop.snapshot().counters)})")
         time.sleep(WARMUP_S)
-        before = dict(loop.counters)
-        dropped0, overruns0, tick0 = loop.queue.dropped, loop.ticker.overruns, loop.ticker.tick
-        lat0 = loop._latency_i
+        first = loop.snapshot()
         time.sleep(seconds)
-        tick1 = loop.ticker.tick
-        snap = loop.recorder.snapshot()
-        sel = snap["tick"] > tick0
-        late = np.abs(snap["late_ms"][sel])
-        lat_n = loop._latency_i - lat0
-        lats = np.array([loop._latencies[i % len(loop._latencies)] for i in range(lat0, loop._latency_i)])
+        last = loop.snapshot()
+        rows = loop.recorder.snapshot()
+        sel = (rows["tick"] > first.tick) & (rows["tick"] <= last.tick)
+        late = np.abs(rows["late_ms"][sel])
+        lats = loop.latencies(first.latencies_measured)
+        lat_n = len(lats)
+        before, after = first.counters, last.counters
         result = {
             "rate_hz": rate,
             "n_action_steps": steps,
-            "ticks": int(tick1 - tick0),
+            "ticks": int(last.tick - first.tick),
             "jitter_ms": {
                 "p50": round(float(np.percentile(late, 50)), 4),
                 "p99": round(float(np.percentile(late, 99)), 4),
                 "max": round(float(late.max()), 4),
             },
-            "overruns": loop.ticker.overruns - overruns0,
-            "starved_ticks": loop.counters["starved"] - before.get("starved", 0),
-            "chunks": loop.counters["chunks"] - before.get("chunks", 0),
+            "overruns": last.overruns - first.overruns,
+            "starved_ticks": after["starved"] - before["starved"],
+            "chunks": after["chunks"] - before["chunks"],
             "inference_latency_ticks": {
                 "p50": float(np.percentile(lats, 50)) if lat_n else None,
                 "max": float(lats.max()) if lat_n else None,
             },
-            "dropped_actions": loop.queue.dropped - dropped0,
-            "safety_interventions": dict(loop.envelope.counts),
-            "scheduling": loop.scheduling,
-            "loop_cpus_seen": sorted(loop.cpu_seen),
+            "dropped_actions": last.dropped_actions - first.dropped_actions,
+            "safety_interventions": dict(last.safety),
+            "scheduling": last.scheduling,
+            "loop_cpus_seen": sorted(last.cpu_seen),
         }
     finally:
         loop.shutdown()

@@ -10,7 +10,8 @@ camera parts) to the inference worker and carries on; the finished chunk comes b
 one-slot handoff (:class:`~runtime.control.handoff.Latest`) and is merged at the next tick, keyed by
 the tick its observation was taken at. Other threads talk to the loop only through flags and deques;
 nothing in the tick waits on a lock a slow thread holds, and nothing in it logs (events are logged by
-the daemon's main thread).
+the daemon's main thread). Each tick ends by publishing a frozen :class:`Snapshot`; everything outside
+the loop reads that (:meth:`ControlLoop.snapshot`), never the loop's attributes.
 
 Every e-stop request is a latch of its own, numbered from 1 (:class:`Latch`), taken at the next tick
 before any command; a release names the latch it saw and is refused if a newer one came since, so an
@@ -34,7 +35,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -49,9 +49,11 @@ from runtime.control.config import ControlConfig
 from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
 from runtime.control.handoff import Latest
+from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch, estop_status
 from runtime.control.mode import MOVING, Mode, Source, source_of
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
+from runtime.control.snapshot import Snapshot
 from runtime.control.streams import ObservationStreams
 from runtime.engine.affinity import current_cpu
 from runtime.engine.validate import validate_inputs
@@ -94,10 +96,6 @@ class ArmBus(Protocol):
     def disable_torque(self) -> None: ...
 
 
-class ControlRefused(Exception):
-    """A control request that cannot be carried out now; the message says why."""
-
-
 @dataclass(frozen=True, slots=True)
 class ChunkResult:
     """What the inference worker hands back: ``gen`` is the plan it was asked for (a newer plan
@@ -107,32 +105,6 @@ class ChunkResult:
     obs_tick: int
     actions: np.ndarray | None
     error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Latch:
-    """One e-stop request: ``id`` numbers them from 1 since the loop was made, so a release can name
-    the one its operator saw; ``requested_at`` is on the loop's clock."""
-
-    id: int
-    reason: str
-    requested_at: float
-
-
-class StaleLatch(ControlRefused):
-    """A release naming an e-stop latch that is not the current one: another e-stop came since."""
-
-    def __init__(self, named: int, current: Latch) -> None:
-        why = "another e-stop came since" if named < current.id else "no such latch was given out yet"
-        super().__init__(
-            f"the release names e-stop latch {named}, but the latch now is {current.id} ({current.reason}): "
-            f"{why}; check the arm, then release latch {current.id}"
-        )
-        self.named = named
-        self.current = current
-
-
-_LATCH_ID = attrgetter("id")
 
 
 class ControlLoop:
@@ -183,23 +155,23 @@ class ControlLoop:
                 "(input = NAME, endpoint = where its producer publishes) for each"
             )
         n = len(self.names)
-        self.queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
-        self.envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
+        self._queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
+        self._envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
         self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
         self.teleop = TeleopTarget(n, teleop if teleop is not None else TeleopConfig(), self.period)
         #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
         self.episodes: EpisodeTap | None = None
         self._intervention = False
-        self.last_teleop_seq = -1
-        self.mode = Mode.IDLE
+        self._last_teleop_seq = -1
+        self._mode = Mode.IDLE
         self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
         self._estops: deque[Latch] = deque()  # requested, taken at the next tick (other threads append)
         #: the e-stop in effect (set and cleared by the loop thread only)
-        self.latch: Latch | None = None
+        self._latch: Latch | None = None
         self._commands: deque[tuple[str, str, int]] = deque()
         self.dump_requests: deque[str] = deque()
-        self.present: np.ndarray | None = None
-        self.last_state: dict[str, JointState] = {}
+        self._present: np.ndarray | None = None
+        self._last_state: dict[str, JointState] = {}
         self._last_goal: np.ndarray | None = None
         self._hold_goal: np.ndarray | None = None
         self._rest_target: np.ndarray | None = None
@@ -213,19 +185,19 @@ class ControlLoop:
         self._stall_reason = ""
         self._stall_acted = False
         self._bus_fail_run = 0
-        self.arm_error = ""
+        self._arm_error = ""
         self._latencies = np.full(256, np.nan)
         self._latency_i = 0
-        self.last_latency_ticks = math.nan
-        self.counters: Counter[str] = Counter()
+        self._last_latency_ticks = math.nan
+        self._counters: Counter[str] = Counter()
         self._cpu_ticks: Counter[int] = Counter()  # the loop thread's alone
-        #: ticks per CPU the loop ran on: replaced by a new copy each tick, never changed in place, so
-        #: other threads (status on the server's I/O thread) may iterate it while the loop runs
-        self.cpu_seen: Mapping[int, int] = {}
-        self.scheduling = ""
-        self.native_id = 0
-        self.ticker = Ticker(self.period, clock=clock)
-        self.last_tick_at = 0.0
+        self._scheduling = ""
+        self._native_id = 0
+        self._ticker = Ticker(self.period, clock=clock)
+        self._tick_at = 0.0
+        #: what the loop did, as of its last tick: everyone else reads this, not the attributes
+        self._snapshot: Latest[Snapshot] = Latest()
+        self._snapshot.put(Snapshot(scheduling="not started"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._shutdown_done = threading.Event()
@@ -258,8 +230,8 @@ class ControlLoop:
         latch but the newest (``latch``) raises :class:`StaleLatch`."""
         if command == "start":
             self._refuse_if_latched()
-            if self.arm_error:
-                raise ControlRefused(f"the arm is failing: {self.arm_error}")
+            if self._arm_error:
+                raise ControlRefused(f"the arm is failing: {self._arm_error}")
             failure = self.inference.failure()
             if failure:
                 raise ControlRefused(f"the policy cannot be trusted: {failure}")
@@ -269,8 +241,8 @@ class ControlLoop:
                     raise ControlRefused("observation stream(s) not fresh: " + _describe_stale(stale, self.streams))
         elif command == "teleop":
             self._refuse_if_latched()
-            if self.arm_error:
-                raise ControlRefused(f"the arm is failing: {self.arm_error}")
+            if self._arm_error:
+                raise ControlRefused(f"the arm is failing: {self._arm_error}")
         elif command == "release":
             current = self.estop
             if current is None:
@@ -299,8 +271,8 @@ class ControlLoop:
     def estop(self) -> Latch | None:
         """The newest e-stop, requested (effective at the next tick) or in effect; None when released."""
         # Read the requests before the latch: the tick sets the latch before it drops the requests.
-        pending = max(tuple(self._estops), key=_LATCH_ID, default=None)  # tuple(): one C-level copy
-        current = self.latch
+        pending = max(tuple(self._estops), key=LATCH_ID, default=None)  # tuple(): one C-level copy
+        current = self._latch
         if pending is None or (current is not None and current.id > pending.id):
             return current
         return pending
@@ -331,10 +303,53 @@ class ControlLoop:
 
     def stalled_for(self, now: float) -> float:
         """Seconds since the last tick beyond five periods (0 while ticking normally)."""
-        if not self.alive or self.last_tick_at == 0.0:
+        at = self.snapshot().at
+        if not self.alive or at == 0.0:
             return 0.0
-        late = now - self.last_tick_at
+        late = now - at
         return late if late > 5 * self.period else 0.0
+
+    def snapshot(self) -> Snapshot:
+        """The newest per-tick snapshot (any thread; never waits)."""
+        snap = self._snapshot.peek()
+        assert snap is not None  # one is put in __init__ and only replaced since
+        return snap
+
+    def latencies(self, since: int = 0) -> np.ndarray:
+        """Inference latencies in ticks of the chunks measured since the ``since``-th (a snapshot's
+        ``latencies_measured``), the newest 256 at most."""
+        n = self._latency_i
+        ring = self._latencies
+        first = max(since, n - len(ring))
+        return np.array([ring[i % len(ring)] for i in range(first, n)], dtype=np.float64)
+
+    def _publish(self) -> None:
+        k = self._ticker.tick
+        self._snapshot.put(
+            Snapshot(
+                tick=k,
+                at=self._tick_at,
+                next_due=self._ticker.deadline(k + 1),
+                mode=self._mode,
+                latch=self._latch,
+                present=self._present,
+                state=self._last_state,
+                arm_error=self._arm_error,
+                queue_depth=self._queue.depth(k + 1),
+                dropped_actions=self._queue.dropped,
+                overruns=self._ticker.overruns,
+                counters=self._counters.copy(),
+                safety=dict(self._envelope.counts),
+                last_latency_ticks=self._last_latency_ticks,
+                latencies_measured=self._latency_i,
+                teleop_phase=self.teleop.phase if self._mode is Mode.TELEOP else "",
+                teleop_last_seq=self._last_teleop_seq,
+                intervention=self._intervention and self._mode is Mode.TELEOP,
+                cpu_seen=dict(self._cpu_ticks),
+                scheduling=self._scheduling,
+                native_id=self._native_id,
+            )
+        )
 
     def shutdown(self, timeout: float = 15.0) -> bool:
         """Stop motion, hold, then ``safety.shutdown_action``; returns False if the arm could not be made safe."""
@@ -347,35 +362,36 @@ class ControlLoop:
         return self.shutdown_ok and self._shutdown_done.is_set()
 
     def _run(self) -> None:
-        self.native_id = threading.get_native_id()
+        self._native_id = threading.get_native_id()
         if self.cpu is not None:
             pin_thread(self.cpu)
-        self.scheduling = request_realtime(self.config.rt_priority)
+        self._scheduling = request_realtime(self.config.rt_priority)
         self.events.emit(
-            logging.INFO if self.scheduling.startswith(("SCHED_FIFO", "SCHED_OTHER (")) else logging.WARNING,
+            logging.INFO if self._scheduling.startswith(("SCHED_FIFO", "SCHED_OTHER (")) else logging.WARNING,
             "control loop: %.1f Hz, %d of %d steps per chunk, next chunk at %d queued, aggregate %s; CPU %s; %s",
             self.rate_hz,
             self.n_steps,
-            self.queue.size // 4,
+            self._queue.size // 4,
             self.refill_at,
             self.config.aggregate,
             self.cpu if self.cpu is not None else "any",
-            self.scheduling,
+            self._scheduling,
         )
-        ticker = self.ticker
+        ticker = self._ticker
         ticker.start()
         try:
             while not self._stop.is_set():
                 k, _due, late = ticker.wait()
                 self._cpu_ticks[current_cpu()] += 1
-                self.cpu_seen = dict(self._cpu_ticks)
                 self._tick(k, late)
+                self._publish()
                 if self._shutdown_done.is_set():
                     break
         except Exception as e:  # a bug in the tick must not leave the arm moving unattended
             self.events.emit(logging.CRITICAL, "control loop failed: %s: %s; holding the arm", type(e).__name__, e)
             log.exception("control loop failed")
             self._hold_present()
+            self._publish()
             self.shutdown_ok = False
             self._shutdown_done.set()
 
@@ -394,11 +410,11 @@ class ControlLoop:
         goal: np.ndarray | None = None
         requested: np.ndarray | None = None
         if present is not None:
-            if self.mode is Mode.RUNNING:
+            if self._mode is Mode.RUNNING:
                 goal, requested = self._running(k, now, present)
-            elif self.mode is Mode.TELEOP:
+            elif self._mode is Mode.TELEOP:
                 goal, requested = self._teleop(now, present)
-            elif self.mode is Mode.RESTING:
+            elif self._mode is Mode.RESTING:
                 goal = self._resting()
             if goal is not None:
                 self._write(goal)
@@ -409,45 +425,45 @@ class ControlLoop:
                 goal if goal is not None else self._hold_goal,
                 requested,
                 (self.source if requested is not None else Source.HOLD).value,
-                self._intervention and self.mode is Mode.TELEOP,
+                self._intervention and self._mode is Mode.TELEOP,
             )
         self.recorder.record(
             now,
             k,
-            MODE_CODE[self.mode],
+            MODE_CODE[self._mode],
             present,
             goal,
             requested,
-            self.envelope.last_bits if requested is not None else None,
-            self.queue.depth(k + 1),
-            self.last_latency_ticks,
+            self._envelope.last_bits if requested is not None else None,
+            self._queue.depth(k + 1),
+            self._last_latency_ticks,
             late * 1e3,
         )
-        self.counters["ticks"] += 1
-        self.last_tick_at = now
+        self._counters["ticks"] += 1
+        self._tick_at = now
 
     def _read(self) -> np.ndarray | None:
         try:
             state = self.bus.read_state()
         except ServoFaultError as e:
-            self.counters["servo_faults"] += 1
-            self.arm_error = str(e)
+            self._counters["servo_faults"] += 1
+            self._arm_error = str(e)
             self._fault_estop(f"servo fault: {e}")
-            return self.present
+            return self._present
         except BusError as e:
             self._bus_failure("read", e)
             return None
         self._bus_fail_run = 0
-        self.arm_error = ""
-        self.last_state = state
+        self._arm_error = ""
+        self._last_state = state
         present = np.fromiter((state[n].position for n in self.names), dtype=np.float64, count=len(self.names))
-        self.present = present
+        self._present = present
         return present
 
     def _bus_failure(self, what: str, e: BusError) -> None:
-        self.counters[f"bus_{what}_failures"] += 1
+        self._counters[f"bus_{what}_failures"] += 1
         self._bus_fail_run += 1
-        self.arm_error = str(e)
+        self._arm_error = str(e)
         if self._bus_fail_run == 1:
             self.events.emit(logging.ERROR, "control: arm %s failed: %s", what, e)
         limit = self.config.safety.max_bus_failures
@@ -460,7 +476,7 @@ class ControlLoop:
         except BusError as e:
             self._bus_failure("write", e)
             return
-        self.counters["writes"] += 1
+        self._counters["writes"] += 1
         self._last_goal = goal
 
     # --- e-stop and commands --------------------------------------------------------------------------
@@ -469,17 +485,17 @@ class ControlLoop:
         requests = tuple(self._estops)
         if not requests:
             return
-        newest = max(requests, key=_LATCH_ID)
-        if self.latch is None or newest.id > self.latch.id:
+        newest = max(requests, key=LATCH_ID)
+        if self._latch is None or newest.id > self._latch.id:
             self._enter_estop(present, newest)
         for _ in requests:  # only this thread takes from the left; others append on the right
             self._estops.popleft()
 
     def _enter_estop(self, present: np.ndarray | None, latch: Latch) -> None:
-        again = self.latch is not None
-        self.latch = latch
+        again = self._latch is not None
+        self._latch = latch
         after_ms = (self._clock() - latch.requested_at) * 1e3
-        self.counters["estops"] += 1
+        self._counters["estops"] += 1
         if again:
             # The arm stopped at the first latch; the new one only makes a release of that one stale.
             self.events.emit(
@@ -491,18 +507,18 @@ class ControlLoop:
                 after_ms,
             )
             return
-        previous = self.mode
-        self.mode = Mode.ESTOPPED
+        previous = self._mode
+        self._mode = Mode.ESTOPPED
         self._gen += 1
-        self.queue.clear()
+        self._queue.clear()
         action = self.config.safety.estop_action
-        where = present if present is not None else self.present
+        where = present if present is not None else self._present
         if action == "torque_off":
             self._torque_off()
         elif where is not None and previous is not Mode.IDLE:
             self._hold_goal = where.copy()
             self._write(where)
-            self.envelope.hold(where)
+            self._envelope.hold(where)
         self.events.emit(
             logging.ERROR,
             "E-STOP latched (latch %d): %s; %s %.1f ms after the request (mode was %s); "
@@ -522,7 +538,7 @@ class ControlLoop:
         try:
             self.check(command, latch)
             if present is None and command == "start":
-                raise ControlRefused(f"the arm did not answer this tick: {self.arm_error}")
+                raise ControlRefused(f"the arm did not answer this tick: {self._arm_error}")
         except ControlRefused as e:
             self.events.emit(logging.WARNING, "control %s (asked by %s) refused: %s", command, who or "?", e)
             return
@@ -530,38 +546,38 @@ class ControlLoop:
             self._take_over(who, present)
         elif command == "start":
             assert present is not None
-            if self.mode is Mode.IDLE:
+            if self._mode is Mode.IDLE:
                 try:
                     self.bus.enable_torque()
                 except BusError as e:
                     self.events.emit(logging.ERROR, "control start: torque on failed: %s", e)
                     return
             self._gen += 1
-            self.queue.clear()
-            self.envelope.reset(present)
+            self._queue.clear()
+            self._envelope.reset(present)
             self._last_goal = present.copy()
             self._got_first = False
             self._new_history = True
             self._stall_since = None
             self._stall_key = ""
             self._stall_acted = False
-            was = self.mode
-            self.mode = Mode.RUNNING
+            was = self._mode
+            self._mode = Mode.RUNNING
             self._intervention = False
-            self.counters["starts"] += 1
+            self._counters["starts"] += 1
             self.events.emit(
                 logging.INFO, "control: source policy (was %s), motion started (asked by %s)", was, who or "?"
             )
         elif command == "stop":
-            if self.mode in MOVING:
+            if self._mode in MOVING:
                 self._hold_present()
             self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
         elif command == "release":
-            self.latch = None
+            self._latch = None
             held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
-            self.mode = Mode.HOLDING if held else Mode.IDLE
+            self._mode = Mode.HOLDING if held else Mode.IDLE
             self.events.emit(
-                logging.WARNING, "control: e-stop latch %d released by %s; arm %s", latch, who or "?", self.mode
+                logging.WARNING, "control: e-stop latch %d released by %s; arm %s", latch, who or "?", self._mode
             )
 
     def _take_over(self, who: str, present: np.ndarray | None) -> None:
@@ -571,7 +587,7 @@ class ControlLoop:
                 logging.WARNING, "control teleop (asked by %s) refused: the arm did not answer", who or "?"
             )
             return
-        was = self.mode
+        was = self._mode
         if was is Mode.TELEOP:
             return
         if was is Mode.IDLE:
@@ -580,21 +596,21 @@ class ControlLoop:
             except BusError as e:
                 self.events.emit(logging.ERROR, "control teleop: torque on failed: %s", e)
                 return
-            self.envelope.reset(present)
+            self._envelope.reset(present)
             self._last_goal = present.copy()
         elif self._last_goal is None or was is not Mode.RUNNING:
-            self.envelope.reset(present)
+            self._envelope.reset(present)
             self._last_goal = present.copy()
         # A chunk in flight is for the policy's plan, which ends here.
         self._gen += 1
-        self.queue.clear()
+        self._queue.clear()
         self._intervention = was is Mode.RUNNING
         self._stall_since = None
         self._stall_key = ""
         self._stall_acted = False
         self.teleop.begin()
-        self.mode = Mode.TELEOP
-        self.counters["takeovers"] += 1
+        self._mode = Mode.TELEOP
+        self._counters["takeovers"] += 1
         self.events.emit(
             logging.INFO,
             "control: source teleop (was %s), %s hand-over (asked by %s)",
@@ -605,13 +621,13 @@ class ControlLoop:
 
     def _hold_present(self) -> None:
         self._gen += 1
-        self.queue.clear()
-        where = self.present
+        self._queue.clear()
+        where = self._present
         if where is not None:
             self._hold_goal = where.copy()
             self._write(where)
-            self.envelope.hold(where)
-        self.mode = Mode.HOLDING
+            self._envelope.hold(where)
+        self._mode = Mode.HOLDING
 
     def _torque_off(self) -> None:
         try:
@@ -621,11 +637,11 @@ class ControlLoop:
             self.shutdown_ok = False
             return
         self._hold_goal = None
-        self.counters["torque_offs"] += 1
+        self._counters["torque_offs"] += 1
 
     def _shutdown(self, present: np.ndarray | None) -> None:
         """Stop motion, hold, then rest or torque off, in that order."""
-        was = self.mode
+        was = self._mode
         if self.episodes is not None:
             self.episodes.end()
         if was in MOVING or was is Mode.HOLDING:
@@ -634,16 +650,17 @@ class ControlLoop:
             if action == "rest":
                 self._start_rest()
                 end = self._clock() + SHUTDOWN_REST_LIMIT_S
-                while self.mode is Mode.RESTING and self._clock() < end:
-                    self.ticker.wait()
+                while self._mode is Mode.RESTING and self._clock() < end:
+                    self._ticker.wait()
                     if self._read() is not None:
                         goal = self._resting()
                         if goal is not None:
                             self._write(goal)
+                    self._publish()
             elif action == "torque_off":
                 self._torque_off()
-                self.mode = Mode.IDLE
-        self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, self.mode)
+                self._mode = Mode.IDLE
+        self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, self._mode)
         self._shutdown_done.set()
 
     # --- running ------------------------------------------------------------------------------------------
@@ -653,7 +670,7 @@ class ControlLoop:
         if result is None:
             since = self._inflight_since
             if since is not None and self._clock() - since > self.config.safety.stall_timeout_s:
-                self.counters["inference_stalls"] += 1
+                self._counters["inference_stalls"] += 1
                 self.events.emit(
                     logging.ERROR,
                     "control: no chunk %.1f s after asking; dropping that request",
@@ -665,29 +682,29 @@ class ControlLoop:
         self._inflight_since = None
         gen, obs_tick, actions, error = result.gen, result.obs_tick, result.actions, result.error
         if gen != self._gen:
-            self.counters["chunks_discarded"] += 1
+            self._counters["chunks_discarded"] += 1
             return
         latency = k - obs_tick
-        self.last_latency_ticks = float(latency)
+        self._last_latency_ticks = float(latency)
         self._latencies[self._latency_i % len(self._latencies)] = latency
         self._latency_i += 1
         if error is not None or actions is None:
-            self.counters["inference_failures"] += 1
+            self._counters["inference_failures"] += 1
             self.events.emit(logging.ERROR, "control: inference failed: %s; holding", error)
             return
         if present is None:
-            self.counters["chunks_discarded"] += 1
+            self._counters["chunks_discarded"] += 1
             return
         # The whole chunk is checked, also the steps past n_action_steps: a policy emitting NaN
         # anywhere is not trusted for any of it.
-        reason = self.envelope.check_chunk(actions, present, max(0, k - obs_tick))
+        reason = self._envelope.check_chunk(actions, present, max(0, k - obs_tick))
         chunk = actions[: self.n_steps]
         if reason is not None:
-            self.envelope.refuse(reason)
+            self._envelope.refuse(reason)
             return
-        self.queue.merge(chunk, obs_tick, k)
+        self._queue.merge(chunk, obs_tick, k)
         self._got_first = True
-        self.counters["chunks"] += 1
+        self._counters["chunks"] += 1
 
     def _running(self, k: int, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         blocked = ""
@@ -701,27 +718,27 @@ class ControlLoop:
             if failure:
                 blocked = f"policy not trusted: {failure}"
         if blocked:
-            self.counters["blocked_ticks"] += 1
+            self._counters["blocked_ticks"] += 1
             key = "stale:" + ",".join(n for n, _ in stale) if stale else "untrusted"
             if self._stall_key != key:
                 # Finish no stale plan: what was queued was computed from what is now too old.
                 self._gen += 1
-                self.queue.clear()
+                self._queue.clear()
             return self._stall(now, key, blocked), None
-        action = self.queue.take(k)
-        if self._inflight_since is None and self.queue.depth(k + 1) <= self.refill_at:
+        action = self._queue.take(k)
+        if self._inflight_since is None and self._queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
         elif self._observe_every_tick:
             self._observe(present)
         if action is None:
             if self._got_first:
-                self.counters["starved"] += 1
+                self._counters["starved"] += 1
                 return self._stall(now, "starved", "starved: no action due"), None
-            self.counters["priming"] += 1
+            self._counters["priming"] += 1
             return self._stall(now, "priming", "waiting for the first chunk"), None
         self._moving_again(now)
         requested = action.copy()
-        return self.envelope.apply(requested, present), requested
+        return self._envelope.apply(requested, present), requested
 
     def _moving_again(self, now: float) -> None:
         if self._stall_since is not None and self._stall_key != "priming":
@@ -739,28 +756,28 @@ class ControlLoop:
         """The station's newest target through the hand-over and the envelope; deadman: hold, then stall."""
         target = self.teleop.fresh(now)
         if target is None:
-            self.counters["deadman_ticks"] += 1
+            self._counters["deadman_ticks"] += 1
             reason = f"deadman: no teleop target for more than {self.teleop.config.deadman_ms:g} ms"
             return self._stall(now, "deadman", reason), None
         self._moving_again(now)
         last = self._last_goal if self._last_goal is not None else present
         requested = self.teleop.goal(target.positions, last, present)
-        self.last_teleop_seq = target.seq
-        return self.envelope.apply(requested, present), requested.copy()
+        self._last_teleop_seq = target.seq
+        return self._envelope.apply(requested, present), requested.copy()
 
     @property
     def source(self) -> Source:
         """Who commands the arm now."""
-        return source_of(self.mode)
+        return source_of(self._mode)
 
     def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
         """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
         if self._stall_since is None:
             self._stall_since = now
-            held = self._last_goal if self._last_goal is not None else self.present
+            held = self._last_goal if self._last_goal is not None else self._present
             assert held is not None
             self._hold_goal = held.copy()
-            self.envelope.hold(self._hold_goal)
+            self._envelope.hold(self._hold_goal)
         if self._stall_key != key:
             if key != "priming":
                 self.events.emit(logging.WARNING, "control: holding the last safe goal: %s", reason)
@@ -770,7 +787,7 @@ class ControlLoop:
         safety = self.config.safety
         if waited > safety.stall_timeout_s and not self._stall_acted:
             self._stall_acted = True
-            self.counters["stall_actions"] += 1
+            self._counters["stall_actions"] += 1
             self.events.emit(logging.ERROR, "control: stalled %.2f s (%s): %s", waited, reason, safety.stall_action)
             self.dump_requests.append(f"stall {safety.stall_action}")
             if safety.stall_action == "rest":
@@ -778,9 +795,9 @@ class ControlLoop:
                 return self._resting()
             if safety.stall_action == "torque_off":
                 self._gen += 1
-                self.queue.clear()
+                self._queue.clear()
                 self._torque_off()
-                self.mode = Mode.IDLE
+                self._mode = Mode.IDLE
                 return None
         return self._hold_goal
 
@@ -799,7 +816,7 @@ class ControlLoop:
         try:
             return validate_inputs(self.inputs, observation)
         except InputValidationError as e:
-            self.counters["observation_errors"] += 1
+            self._counters["observation_errors"] += 1
             if report:
                 self.events.emit(logging.ERROR, "control: observation refused: %s", e)
             return None
@@ -809,7 +826,7 @@ class ControlLoop:
         if arrays is not None:
             self.inference.observe(arrays, reset=self._new_history)
             self._new_history = False
-            self.counters["observations"] += 1
+            self._counters["observations"] += 1
 
     def _ask(self, k: int, present: np.ndarray) -> None:
         arrays = self._observation(present)
@@ -823,35 +840,35 @@ class ControlLoop:
 
         if not self.inference.submit(arrays, done, reset=self._new_history):
             self._inflight_since = None
-            self.counters["submit_refused"] += 1
+            self._counters["submit_refused"] += 1
         else:
             self._new_history = False
-            self.counters["requests"] += 1
+            self._counters["requests"] += 1
 
     # --- resting --------------------------------------------------------------------------------------
 
     def _start_rest(self) -> None:
         self._gen += 1
-        self.queue.clear()
-        start = self._last_goal if self._last_goal is not None else self.present
+        self._queue.clear()
+        start = self._last_goal if self._last_goal is not None else self._present
         if start is None:
             return
-        self._rest_target = self.envelope.rest_target(start)
-        self.mode = Mode.RESTING
+        self._rest_target = self._envelope.rest_target(start)
+        self._mode = Mode.RESTING
 
     def _resting(self) -> np.ndarray | None:
         """This tick's goal on the way to the rest pose: at ``rest_speed_deg_s``, through the envelope."""
-        target, present = self._rest_target, self.present
+        target, present = self._rest_target, self._present
         if target is None or present is None:
-            self.mode = Mode.HOLDING
+            self._mode = Mode.HOLDING
             return None
         step = self.config.safety.rest_speed_deg_s * self.period
         # From where the arm is, not from the last goal: a blocked joint's goal must not run away.
-        goal = self.envelope.apply(present + np.clip(target - present, -step, step), present)
+        goal = self._envelope.apply(present + np.clip(target - present, -step, step), present)
         if np.allclose(goal, target, atol=1e-6):
-            self.mode = Mode.HOLDING
+            self._mode = Mode.HOLDING
             self._hold_goal = target.copy()
-            self.envelope.hold(target)
+            self._envelope.hold(target)
             self.events.emit(logging.INFO, "control: rest pose reached; holding")
             return target
         return goal
@@ -859,20 +876,22 @@ class ControlLoop:
     # --- status ---------------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        """``control status``: the newest snapshot, with figures computed here, off the tick."""
+        snap = self.snapshot()
         lat = self._latencies[~np.isnan(self._latencies)]
         late = self.recorder.recent_late_ms(int(self.rate_hz * 10))
         stale = self.streams.stale(self._clock()) if self.streams is not None else []
-        k = self.ticker.tick
+        k = snap.tick
         return {
-            "mode": self.mode.value,
-            "source": self.source.value,
+            "mode": snap.mode.value,
+            "source": snap.source.value,
             "teleop": {
-                "phase": self.teleop.phase if self.mode is Mode.TELEOP else "",
+                "phase": snap.teleop_phase,
                 "handover": self.teleop.config.handover,
-                "last_seq": self.last_teleop_seq,
+                "last_seq": snap.teleop_last_seq,
                 "targets": self.teleop.received,
                 "out_of_order": self.teleop.out_of_order,
-                "intervention": self._intervention and self.mode is Mode.TELEOP,
+                "intervention": snap.intervention,
             },
             "recording": self.episodes.status() if self.episodes is not None else None,
             "estop": estop_status(self.estop),
@@ -881,15 +900,15 @@ class ControlLoop:
             "refill_at": self.refill_at,
             "aggregate": self.config.aggregate,
             "tick": k,
-            "queue_depth": self.queue.depth(k + 1),
+            "queue_depth": snap.queue_depth,
             "counters": {
-                **dict(self.counters),
-                "overruns": self.ticker.overruns,
-                "dropped_actions": self.queue.dropped,
+                **dict(snap.counters),
+                "overruns": snap.overruns,
+                "dropped_actions": snap.dropped_actions,
             },
-            "safety": dict(self.envelope.counts),
+            "safety": dict(snap.safety),
             "inference_latency_ticks": {
-                "last": None if math.isnan(self.last_latency_ticks) else self.last_latency_ticks,
+                "last": None if math.isnan(snap.last_latency_ticks) else snap.last_latency_ticks,
                 "p50": float(np.percentile(lat, 50)) if len(lat) else None,
                 "max": float(lat.max()) if len(lat) else None,
             },
@@ -900,23 +919,16 @@ class ControlLoop:
             },
             "stale_streams": [name for name, _ in stale],
             "arm": {
-                "healthy": not self.arm_error,
-                "error": self.arm_error,
-                "positions": {n: round(float(self.present[i]), 2) for i, n in enumerate(self.names)}
-                if self.present is not None
+                "healthy": not snap.arm_error,
+                "error": snap.arm_error,
+                "positions": {n: round(float(snap.present[i]), 2) for i, n in enumerate(self.names)}
+                if snap.present is not None
                 else {},
-                "temperatures_c": {n: s.temperature_c for n, s in self.last_state.items()},
+                "temperatures_c": {n: s.temperature_c for n, s in snap.state.items()},
             },
-            "cpus_seen": {str(c): n for c, n in self.cpu_seen.items()},
-            "scheduling": self.scheduling,
+            "cpus_seen": {str(c): n for c, n in snap.cpu_seen.items()},
+            "scheduling": snap.scheduling,
         }
-
-
-def estop_status(latch: Latch | None) -> dict[str, Any]:
-    """The ``estop`` map of status and of the ``control.estop`` reply; ``latch`` 0 when none is latched."""
-    if latch is None:
-        return {"latched": False, "reason": "", "latch": 0}
-    return {"latched": True, "reason": latch.reason, "latch": latch.id}
 
 
 def _estop_effect(action: str, previous_mode: Mode) -> str:
