@@ -163,7 +163,7 @@ class Daemon:
         if self.config.metrics.port:
             self.metrics = MetricsServer(
                 self.config.metrics,
-                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names),
+                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names, self._control_status),
             )
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:
@@ -357,6 +357,10 @@ class Daemon:
             log.error("flight recorder: could not write (%s): %s", reason, e)
             return
         log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
+
+    def _control_status(self) -> dict[str, Any] | None:
+        loop = self.loop
+        return loop.status() if loop is not None else None
 
     def _stalled_names(self) -> list[str]:
         return list(self._stalled_now)  # as of the last tick: checking here would log from another thread

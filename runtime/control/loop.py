@@ -55,6 +55,7 @@ from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
 from runtime.control.snapshot import Snapshot
 from runtime.control.streams import ObservationStreams
+from runtime.control.writetime import WriteClock
 from runtime.engine.affinity import current_cpu
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ConfigError, InputValidationError
@@ -195,6 +196,10 @@ class ControlLoop:
         self._native_id = 0
         self._ticker = Ticker(self.period, clock=clock)
         self._tick_at = 0.0
+        self._writes = WriteClock(self.period, max(2, round(self.rate_hz * 10)))
+        # when this tick's write completed and its period error (NaN: nothing written this tick)
+        self._write_at = math.nan
+        self._write_err_ms = math.nan
         #: what the loop did, as of its last tick: everyone else reads this, not the attributes
         self._snapshot: Latest[Snapshot] = Latest()
         self._snapshot.put(Snapshot(scheduling="not started"))
@@ -323,6 +328,10 @@ class ControlLoop:
         first = max(since, n - len(ring))
         return np.array([ring[i % len(ring)] for i in range(first, n)], dtype=np.float64)
 
+    def write_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """(completion stamps on the loop's clock, period errors in ms) of the recent sync writes."""
+        return self._writes.recent()
+
     def _publish(self) -> None:
         k = self._ticker.tick
         self._snapshot.put(
@@ -348,6 +357,10 @@ class ControlLoop:
                 cpu_seen=dict(self._cpu_ticks),
                 scheduling=self._scheduling,
                 native_id=self._native_id,
+                last_write_at=self._writes.last_at,
+                last_write_error_ms=self._writes.last_error_ms,
+                write_periods=self._writes.periods,
+                writes_off=self._writes.off,
             )
         )
 
@@ -399,6 +412,7 @@ class ControlLoop:
 
     def _tick(self, k: int, late: float) -> None:
         now = self._clock()
+        self._write_at = self._write_err_ms = math.nan
         present = self._read()
         self._take_estops(present)
         while self._commands:
@@ -438,6 +452,8 @@ class ControlLoop:
             self._queue.depth(k + 1),
             self._last_latency_ticks,
             late * 1e3,
+            (self._write_at - self._ticker.deadline(k)) * 1e3,
+            self._write_err_ms,
         )
         self._counters["ticks"] += 1
         self._tick_at = now
@@ -476,6 +492,9 @@ class ControlLoop:
         except BusError as e:
             self._bus_failure("write", e)
             return
+        # what the servos see: when the goal left, not when the tick woke
+        self._write_at = self._clock()
+        self._write_err_ms = self._writes.stamp(self._ticker.tick, self._write_at)
         self._counters["writes"] += 1
         self._last_goal = goal
 
@@ -917,6 +936,7 @@ class ControlLoop:
                 "p99": float(np.percentile(np.abs(late), 99)) if len(late) else None,
                 "max": float(np.abs(late).max()) if len(late) else None,
             },
+            "write_period_error_ms": self._writes.stats(),
             "stale_streams": [name for name, _ in stale],
             "arm": {
                 "healthy": not snap.arm_error,

@@ -50,6 +50,12 @@ class Snapshot:
     cpu_seen: Mapping[int, int] = field(default_factory=dict)
     scheduling: str = ""
     native_id: int = 0
+    #: the last sync write's completion (loop clock; 0.0 before one) and its period error in ms
+    last_write_at: float = 0.0
+    last_write_error_ms: float = float("nan")
+    #: write periods measured since the start (writes on consecutive ticks), and those > 5 ms off
+    write_periods: int = 0
+    writes_off: int = 0
 
     @property
     def source(self) -> Source:

@@ -132,7 +132,8 @@ class TeleopControl:
         snap = loop.snapshot()
         return {
             # when the loop reads the slot next: the station times its leader reads to land just before
-            "next_tick_ms": round(max(0.0, snap.next_due - now) * 1e3, 3),
+            # (modulo the period: the tick after the one published may be running already)
+            "next_tick_ms": round(((snap.next_due - now) % loop.period) * 1e3, 3),
             "seq": seq,
             "accepted": accepted,
             "mode": snap.mode.value,

@@ -35,23 +35,6 @@ def offset(**by_joint: float) -> np.ndarray:
     return np.array([by_joint.get(n, 0.0) for n in names], dtype=np.float32)
 
 
-@pytest.fixture
-def run(sim_arm, calibration, manifest, camera):
-    made = []
-
-    def make(inference, manifest=manifest, **kw):
-        loop, streams = build_loop(sim_arm, calibration, manifest, inference, camera, **kw)
-        made.append((loop, streams))
-        loop.start()
-        wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
-        return loop
-
-    yield make
-    for loop, streams in made:
-        loop.shutdown()
-        streams.stop()
-
-
 def start(loop) -> None:
     loop.check("start")
     loop.request("start", "test")
