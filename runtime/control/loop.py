@@ -26,7 +26,6 @@ Modes (:class:`~runtime.control.mode.Mode`): ``idle`` (never commanded, or torqu
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import sys
@@ -50,6 +49,7 @@ from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
 from runtime.control.handoff import Latest
 from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch, estop_status
+from runtime.control.mailbox import Command, Mailbox, Release, Shutdown, Start, Stop, TakeOver, parse, word
 from runtime.control.mode import MOVING, Mode, Source, source_of
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
@@ -165,11 +165,10 @@ class ControlLoop:
         self._intervention = False
         self._last_teleop_seq = -1
         self._mode = Mode.IDLE
-        self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
-        self._estops: deque[Latch] = deque()  # requested, taken at the next tick (other threads append)
+        #: commands and e-stops from other threads, taken at the next tick (e-stops first)
+        self._mailbox = Mailbox(clock)
         #: the e-stop in effect (set and cleared by the loop thread only)
         self._latch: Latch | None = None
-        self._commands: deque[tuple[str, str, int]] = deque()
         self.dump_requests: deque[str] = deque()
         self._present: np.ndarray | None = None
         self._last_state: dict[str, JointState] = {}
@@ -225,10 +224,16 @@ class ControlLoop:
 
     # --- requests from other threads (flags only) -------------------------------------------------
 
-    def request(self, command: str, who: str = "", latch: int = 0) -> None:
-        """Queue ``start`` (policy) | ``teleop`` | ``stop`` (hold) | ``release`` for the next tick
-        (checked first by :meth:`check`). ``latch``: the e-stop latch a release is for."""
-        self._commands.append((command, who, latch))
+    def request(self, command: str | Command, who: str = "", latch: int = 0) -> None:
+        """Queue ``start`` (policy) | ``teleop`` | ``stop`` (hold) | ``release`` (or the
+        :mod:`~runtime.control.mailbox` command itself) for the next tick (checked first by
+        :meth:`check`). ``latch``: the e-stop latch a release is for."""
+        if isinstance(command, str):
+            try:
+                command = parse(command, who, latch)
+            except ValueError as e:
+                raise ControlRefused(str(e)) from None
+        self._mailbox.post(command)
 
     def check(self, command: str, latch: int = 0) -> None:
         """Raise :class:`ControlRefused` when ``command`` cannot be carried out now; a release of any
@@ -268,15 +273,13 @@ class ControlLoop:
         """Latch a new e-stop, effective at the next tick, and return it. Each request is a latch
         of its own, also while one is latched, so a release already on its way is refused. Safe to call
         from any thread and from a signal handler (no lock)."""
-        latch = Latch(next(self._latch_ids), reason, self._clock())
-        self._estops.append(latch)
-        return latch
+        return self._mailbox.estop(reason)
 
     @property
     def estop(self) -> Latch | None:
         """The newest e-stop, requested (effective at the next tick) or in effect; None when released."""
         # Read the requests before the latch: the tick sets the latch before it drops the requests.
-        pending = max(tuple(self._estops), key=LATCH_ID, default=None)  # tuple(): one C-level copy
+        pending = self._mailbox.pending_estop()
         current = self._latch
         if pending is None or (current is not None and current.id > pending.id):
             return current
@@ -368,7 +371,7 @@ class ControlLoop:
         """Stop motion, hold, then ``safety.shutdown_action``; returns False if the arm could not be made safe."""
         if self._thread is None:
             return True
-        self._commands.append(("shutdown", "daemon", 0))
+        self._mailbox.post(Shutdown())
         self._shutdown_done.wait(timeout)
         self._stop.set()
         self._thread.join(2.0)
@@ -415,9 +418,8 @@ class ControlLoop:
         self._write_at = self._write_err_ms = math.nan
         present = self._read()
         self._take_estops(present)
-        while self._commands:
-            command, who, latch = self._commands.popleft()
-            self._command(command, who, present, latch)
+        while (command := self._mailbox.take_command()) is not None:
+            self._command(command, present)
             if self._shutdown_done.is_set():
                 return
         self._collect(k, present)
@@ -501,14 +503,13 @@ class ControlLoop:
     # --- e-stop and commands --------------------------------------------------------------------------
 
     def _take_estops(self, present: np.ndarray | None) -> None:
-        requests = tuple(self._estops)
+        requests = self._mailbox.estop_requests()
         if not requests:
             return
         newest = max(requests, key=LATCH_ID)
         if self._latch is None or newest.id > self._latch.id:
             self._enter_estop(present, newest)
-        for _ in requests:  # only this thread takes from the left; others append on the right
-            self._estops.popleft()
+        self._mailbox.drop_estops(len(requests))  # after the latch is set: see estop
 
     def _enter_estop(self, present: np.ndarray | None, latch: Latch) -> None:
         again = self._latch is not None
@@ -550,20 +551,22 @@ class ControlLoop:
         )
         self.dump_requests.append("estop")
 
-    def _command(self, command: str, who: str, present: np.ndarray | None, latch: int = 0) -> None:
-        if command == "shutdown":
+    def _command(self, cmd: Command, present: np.ndarray | None) -> None:
+        if isinstance(cmd, Shutdown):
             self._shutdown(present)
             return
+        command, who = word(cmd), cmd.who
+        latch = cmd.latch if isinstance(cmd, Release) else 0
         try:
             self.check(command, latch)
-            if present is None and command == "start":
+            if present is None and isinstance(cmd, Start):
                 raise ControlRefused(f"the arm did not answer this tick: {self._arm_error}")
         except ControlRefused as e:
             self.events.emit(logging.WARNING, "control %s (asked by %s) refused: %s", command, who or "?", e)
             return
-        if command == "teleop":
+        if isinstance(cmd, TakeOver):
             self._take_over(who, present)
-        elif command == "start":
+        elif isinstance(cmd, Start):
             assert present is not None
             if self._mode is Mode.IDLE:
                 try:
@@ -587,11 +590,11 @@ class ControlLoop:
             self.events.emit(
                 logging.INFO, "control: source policy (was %s), motion started (asked by %s)", was, who or "?"
             )
-        elif command == "stop":
+        elif isinstance(cmd, Stop):
             if self._mode in MOVING:
                 self._hold_present()
             self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
-        elif command == "release":
+        elif isinstance(cmd, Release):
             self._latch = None
             held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
             self._mode = Mode.HOLDING if held else Mode.IDLE

