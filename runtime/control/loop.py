@@ -51,9 +51,11 @@ from runtime.control.handoff import Latest
 from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch, estop_status
 from runtime.control.mailbox import Command, Mailbox, Release, Shutdown, Start, Stop, TakeOver, parse, word
 from runtime.control.mode import MOVING, Mode, Source, source_of
+from runtime.control.plan import Plan
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import SafetyEnvelope
 from runtime.control.snapshot import Snapshot
+from runtime.control.stall import Stall
 from runtime.control.streams import ObservationStreams
 from runtime.control.writetime import WriteClock
 from runtime.engine.affinity import current_cpu
@@ -175,15 +177,9 @@ class ControlLoop:
         self._last_goal: np.ndarray | None = None
         self._hold_goal: np.ndarray | None = None
         self._rest_target: np.ndarray | None = None
-        self._gen = 0
-        self._inflight_since: float | None = None
         self._result: Latest[ChunkResult] = Latest()
-        self._got_first = False
-        self._new_history = True  # the next observation starts the policy's history (a new run)
-        self._stall_since: float | None = None
-        self._stall_key = ""
-        self._stall_reason = ""
-        self._stall_acted = False
+        self._plan = Plan(self._queue)
+        self._stalled = Stall(config.safety.stall_timeout_s)
         self._bus_fail_run = 0
         self._arm_error = ""
         self._latencies = np.full(256, np.nan)
@@ -529,8 +525,7 @@ class ControlLoop:
             return
         previous = self._mode
         self._mode = Mode.ESTOPPED
-        self._gen += 1
-        self._queue.clear()
+        self._plan.drop()
         action = self.config.safety.estop_action
         where = present if present is not None else self._present
         if action == "torque_off":
@@ -574,15 +569,10 @@ class ControlLoop:
                 except BusError as e:
                     self.events.emit(logging.ERROR, "control start: torque on failed: %s", e)
                     return
-            self._gen += 1
-            self._queue.clear()
+            self._plan.restart()
             self._envelope.reset(present)
             self._last_goal = present.copy()
-            self._got_first = False
-            self._new_history = True
-            self._stall_since = None
-            self._stall_key = ""
-            self._stall_acted = False
+            self._stalled.clear()
             was = self._mode
             self._mode = Mode.RUNNING
             self._intervention = False
@@ -624,12 +614,9 @@ class ControlLoop:
             self._envelope.reset(present)
             self._last_goal = present.copy()
         # A chunk in flight is for the policy's plan, which ends here.
-        self._gen += 1
-        self._queue.clear()
+        self._plan.drop()
         self._intervention = was is Mode.RUNNING
-        self._stall_since = None
-        self._stall_key = ""
-        self._stall_acted = False
+        self._stalled.clear()
         self.teleop.begin()
         self._mode = Mode.TELEOP
         self._counters["takeovers"] += 1
@@ -642,8 +629,7 @@ class ControlLoop:
         )
 
     def _hold_present(self) -> None:
-        self._gen += 1
-        self._queue.clear()
+        self._plan.drop()
         where = self._present
         if where is not None:
             self._hold_goal = where.copy()
@@ -690,7 +676,7 @@ class ControlLoop:
     def _collect(self, k: int, present: np.ndarray | None) -> None:
         result = self._result.take()
         if result is None:
-            since = self._inflight_since
+            since = self._plan.inflight_since
             if since is not None and self._clock() - since > self.config.safety.stall_timeout_s:
                 self._counters["inference_stalls"] += 1
                 self.events.emit(
@@ -698,12 +684,11 @@ class ControlLoop:
                     "control: no chunk %.1f s after asking; dropping that request",
                     self._clock() - since,
                 )
-                self._gen += 1
-                self._inflight_since = None
+                self._plan.forget_request()
             return
-        self._inflight_since = None
+        self._plan.inflight_since = None
         gen, obs_tick, actions, error = result.gen, result.obs_tick, result.actions, result.error
-        if gen != self._gen:
+        if not self._plan.is_current(gen):
             self._counters["chunks_discarded"] += 1
             return
         latency = k - obs_tick
@@ -725,7 +710,7 @@ class ControlLoop:
             self._envelope.refuse(reason)
             return
         self._queue.merge(chunk, obs_tick, k)
-        self._got_first = True
+        self._plan.got_first = True
         self._counters["chunks"] += 1
 
     def _running(self, k: int, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -742,18 +727,17 @@ class ControlLoop:
         if blocked:
             self._counters["blocked_ticks"] += 1
             key = "stale:" + ",".join(n for n, _ in stale) if stale else "untrusted"
-            if self._stall_key != key:
+            if self._stalled.key != key:
                 # Finish no stale plan: what was queued was computed from what is now too old.
-                self._gen += 1
-                self._queue.clear()
+                self._plan.drop()
             return self._stall(now, key, blocked), None
         action = self._queue.take(k)
-        if self._inflight_since is None and self._queue.depth(k + 1) <= self.refill_at:
+        if self._plan.inflight_since is None and self._queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
         elif self._observe_every_tick:
             self._observe(present)
         if action is None:
-            if self._got_first:
+            if self._plan.got_first:
                 self._counters["starved"] += 1
                 return self._stall(now, "starved", "starved: no action due"), None
             self._counters["priming"] += 1
@@ -763,14 +747,10 @@ class ControlLoop:
         return self._envelope.apply(requested, present), requested
 
     def _moving_again(self, now: float) -> None:
-        if self._stall_since is not None and self._stall_key != "priming":
-            self.events.emit(
-                logging.INFO, "control: moving again after %.2f s (%s)", now - self._stall_since, self._stall_reason
-            )
-        self._stall_since = None
-        self._stall_key = ""
-        self._stall_reason = ""
-        self._stall_acted = False
+        reason = self._stalled.reason
+        stalled = self._stalled.resume(now)
+        if stalled is not None:
+            self.events.emit(logging.INFO, "control: moving again after %.2f s (%s)", stalled, reason)
 
     # --- teleop ---------------------------------------------------------------------------------------
 
@@ -794,30 +774,26 @@ class ControlLoop:
 
     def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
         """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
-        if self._stall_since is None:
-            self._stall_since = now
+        stall = self._stalled.tick(now, key, reason)
+        if stall.began:
             held = self._last_goal if self._last_goal is not None else self._present
             assert held is not None
             self._hold_goal = held.copy()
             self._envelope.hold(self._hold_goal)
-        if self._stall_key != key:
-            if key != "priming":
-                self.events.emit(logging.WARNING, "control: holding the last safe goal: %s", reason)
-            self._stall_key = key
-            self._stall_reason = reason
-        waited = now - self._stall_since
+        if stall.new_reason and key != "priming":
+            self.events.emit(logging.WARNING, "control: holding the last safe goal: %s", reason)
         safety = self.config.safety
-        if waited > safety.stall_timeout_s and not self._stall_acted:
-            self._stall_acted = True
+        if stall.act:
             self._counters["stall_actions"] += 1
-            self.events.emit(logging.ERROR, "control: stalled %.2f s (%s): %s", waited, reason, safety.stall_action)
+            self.events.emit(
+                logging.ERROR, "control: stalled %.2f s (%s): %s", stall.waited, reason, safety.stall_action
+            )
             self.dump_requests.append(f"stall {safety.stall_action}")
             if safety.stall_action == "rest":
                 self._start_rest()
                 return self._resting()
             if safety.stall_action == "torque_off":
-                self._gen += 1
-                self._queue.clear()
+                self._plan.drop()
                 self._torque_off()
                 self._mode = Mode.IDLE
                 return None
@@ -846,32 +822,31 @@ class ControlLoop:
     def _observe(self, present: np.ndarray) -> None:
         arrays = self._observation(present, report=False)
         if arrays is not None:
-            self.inference.observe(arrays, reset=self._new_history)
-            self._new_history = False
+            self.inference.observe(arrays, reset=self._plan.new_history)
+            self._plan.new_history = False
             self._counters["observations"] += 1
 
     def _ask(self, k: int, present: np.ndarray) -> None:
         arrays = self._observation(present)
         if arrays is None:
             return
-        gen = self._gen
-        self._inflight_since = self._clock()
+        gen = self._plan.gen
+        self._plan.inflight_since = self._clock()
 
         def done(actions: np.ndarray | None, error: str | None) -> None:
             self._result.put(ChunkResult(gen, k, actions, error))
 
-        if not self.inference.submit(arrays, done, reset=self._new_history):
-            self._inflight_since = None
+        if not self.inference.submit(arrays, done, reset=self._plan.new_history):
+            self._plan.inflight_since = None
             self._counters["submit_refused"] += 1
         else:
-            self._new_history = False
+            self._plan.new_history = False
             self._counters["requests"] += 1
 
     # --- resting --------------------------------------------------------------------------------------
 
     def _start_rest(self) -> None:
-        self._gen += 1
-        self._queue.clear()
+        self._plan.drop()
         start = self._last_goal if self._last_goal is not None else self._present
         if start is None:
             return
