@@ -53,7 +53,7 @@ from runtime.control.mailbox import Command, Mailbox, Release, Shutdown, Start, 
 from runtime.control.mode import MOVING, Mode, Source, source_of
 from runtime.control.plan import Plan
 from runtime.control.recorder import MODE_CODE, FlightRecorder
-from runtime.control.safety import SafetyEnvelope
+from runtime.control.safety import Goal, SafetyEnvelope
 from runtime.control.snapshot import Snapshot
 from runtime.control.stall import Stall
 from runtime.control.streams import ObservationStreams
@@ -419,7 +419,7 @@ class ControlLoop:
             if self._shutdown_done.is_set():
                 return
         self._collect(k, present)
-        goal: np.ndarray | None = None
+        goal: Goal | None = None
         requested: np.ndarray | None = None
         if present is not None:
             if self._mode is Mode.RUNNING:
@@ -484,7 +484,8 @@ class ControlLoop:
         if self._bus_fail_run >= limit:
             self._fault_estop(f"{self._bus_fail_run} bus failures in a row (last: {e})")
 
-    def _write(self, goal: np.ndarray) -> None:
+    def _write(self, goal: Goal) -> None:
+        """Write one goal; only the envelope makes a :class:`Goal`, so nothing else reaches the bus."""
         try:
             self.bus.write_goals({n: float(goal[i]) for i, n in enumerate(self.names)})
         except BusError as e:
@@ -531,9 +532,9 @@ class ControlLoop:
         if action == "torque_off":
             self._torque_off()
         elif where is not None and previous is not Mode.IDLE:
-            self._hold_goal = where.copy()
-            self._write(where)
-            self._envelope.hold(where)
+            held = self._envelope.hold_goal(where, where)
+            self._hold_goal = held.copy()
+            self._write(held)
         self.events.emit(
             logging.ERROR,
             "E-STOP latched (latch %d): %s; %s %.1f ms after the request (mode was %s); "
@@ -632,9 +633,9 @@ class ControlLoop:
         self._plan.drop()
         where = self._present
         if where is not None:
-            self._hold_goal = where.copy()
-            self._write(where)
-            self._envelope.hold(where)
+            held = self._envelope.hold_goal(where, where)
+            self._hold_goal = held.copy()
+            self._write(held)
         self._mode = Mode.HOLDING
 
     def _torque_off(self) -> None:
@@ -713,7 +714,7 @@ class ControlLoop:
         self._plan.got_first = True
         self._counters["chunks"] += 1
 
-    def _running(self, k: int, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _running(self, k: int, now: float, present: np.ndarray) -> tuple[Goal | None, np.ndarray | None]:
         blocked = ""
         stale: list[tuple[str, float | None]] = []
         if self.streams is not None:
@@ -730,7 +731,7 @@ class ControlLoop:
             if self._stalled.key != key:
                 # Finish no stale plan: what was queued was computed from what is now too old.
                 self._plan.drop()
-            return self._stall(now, key, blocked), None
+            return self._stall(now, present, key, blocked), None
         action = self._queue.take(k)
         if self._plan.inflight_since is None and self._queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
@@ -739,9 +740,9 @@ class ControlLoop:
         if action is None:
             if self._plan.got_first:
                 self._counters["starved"] += 1
-                return self._stall(now, "starved", "starved: no action due"), None
+                return self._stall(now, present, "starved", "starved: no action due"), None
             self._counters["priming"] += 1
-            return self._stall(now, "priming", "waiting for the first chunk"), None
+            return self._stall(now, present, "priming", "waiting for the first chunk"), None
         self._moving_again(now)
         requested = action.copy()
         return self._envelope.apply(requested, present), requested
@@ -754,13 +755,13 @@ class ControlLoop:
 
     # --- teleop ---------------------------------------------------------------------------------------
 
-    def _teleop(self, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _teleop(self, now: float, present: np.ndarray) -> tuple[Goal | None, np.ndarray | None]:
         """The station's newest target through the hand-over and the envelope; deadman: hold, then stall."""
         target = self.teleop.fresh(now)
         if target is None:
             self._counters["deadman_ticks"] += 1
             reason = f"deadman: no teleop target for more than {self.teleop.config.deadman_ms:g} ms"
-            return self._stall(now, "deadman", reason), None
+            return self._stall(now, present, "deadman", reason), None
         self._moving_again(now)
         last = self._last_goal if self._last_goal is not None else present
         requested = self.teleop.goal(target.positions, last, present)
@@ -772,7 +773,7 @@ class ControlLoop:
         """Who commands the arm now."""
         return source_of(self._mode)
 
-    def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
+    def _stall(self, now: float, present: np.ndarray, key: str, reason: str) -> Goal | None:
         """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
         stall = self._stalled.tick(now, key, reason)
         if stall.began:
@@ -797,7 +798,9 @@ class ControlLoop:
                 self._torque_off()
                 self._mode = Mode.IDLE
                 return None
-        return self._hold_goal
+        # checked each tick against where the arm is now (a hold is a goal like any other)
+        assert self._hold_goal is not None
+        return self._envelope.hold_goal(self._hold_goal, present)
 
     def _observation(self, present: np.ndarray, *, report: bool = True) -> list[np.ndarray] | None:
         """This tick's observation in the policy's input order: the joints plus the newest stream parts.
@@ -853,7 +856,7 @@ class ControlLoop:
         self._rest_target = self._envelope.rest_target(start)
         self._mode = Mode.RESTING
 
-    def _resting(self) -> np.ndarray | None:
+    def _resting(self) -> Goal | None:
         """This tick's goal on the way to the rest pose: at ``rest_speed_deg_s``, through the envelope."""
         target, present = self._rest_target, self._present
         if target is None or present is None:
@@ -867,7 +870,6 @@ class ControlLoop:
             self._hold_goal = target.copy()
             self._envelope.hold(target)
             self.events.emit(logging.INFO, "control: rest pose reached; holding")
-            return target
         return goal
 
     # --- status ---------------------------------------------------------------------------------------
