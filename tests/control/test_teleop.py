@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,9 +69,22 @@ def leader(calibration: Calibration) -> Iterator[SimLeader]:
     sim.close()
 
 
+class SerialClient(PolicyClient):
+    """The station's target stream (its own thread) and the test's keys share one client: a ZeroMQ
+    socket is not thread-safe, so one call at a time, as one station thread would make them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._one_call = threading.Lock()
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        with self._one_call:
+            return super()._call(*args, **kwargs)
+
+
 @pytest.fixture
 def client(short_dir: Path) -> Iterator[PolicyClient]:
-    with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as c:
+    with SerialClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as c:
         yield c
 
 
