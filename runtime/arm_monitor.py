@@ -25,15 +25,15 @@ from drivers.calibration import load_calibration
 from drivers.config import ArmConfig
 from drivers.errors import BusError, CalibrationError, ServoFaultError, UnknownJointError
 from drivers.sim.arm import SimArm
+from runtime.control.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
 
 class ArmReadings(Protocol):
-    """What the control loop exposes of its own reads."""
+    """The control loop, through its per-tick snapshot of its own reads."""
 
-    arm_error: str
-    last_state: dict[str, JointState]
+    def snapshot(self) -> Snapshot: ...
 
 
 class ArmMonitor:
@@ -136,9 +136,10 @@ class ArmMonitor:
             return
         try:
             if self.source is not None:
-                if self.source.arm_error:
-                    raise BusError(self.source.arm_error)
-                state = dict(self.source.last_state)
+                snap = self.source.snapshot()
+                if snap.arm_error:
+                    raise BusError(snap.arm_error)
+                state = dict(snap.state)
             else:
                 state = self.bus.read_state()
         except BusError as e:

@@ -163,7 +163,7 @@ class Daemon:
         if self.config.metrics.port:
             self.metrics = MetricsServer(
                 self.config.metrics,
-                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names),
+                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names, self._control_status),
             )
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:
@@ -306,7 +306,7 @@ class Daemon:
             if failure:
                 self.notifier.status(f"VERIFICATION FAILED, serving no chunks until a reload: {failure}")
         if loop is not None:
-            state = (loop.mode, loop.estop_reason)
+            state = (loop.snapshot().mode, loop.estop_reason)
             if state != self._control_state:
                 # Mode changes and e-stops reach `systemctl status` at once, not at the next stats line.
                 self._control_state = state
@@ -316,11 +316,12 @@ class Daemon:
 
     @staticmethod
     def _control_line(loop: ControlLoop) -> str:
-        c = loop.counters
+        snap = loop.snapshot()
+        c = snap.counters
         estop = f"E-STOP ({loop.estop_reason})" if loop.estop_reason else "no e-stop"
         return (
-            f"control {loop.mode}, {estop}, chunks {c['chunks']}, starved ticks {c['starved']}, "
-            f"overruns {loop.ticker.overruns}, safety {sum(loop.envelope.counts.values())}"
+            f"control {snap.mode}, {estop}, chunks {c['chunks']}, starved ticks {c['starved']}, "
+            f"overruns {snap.overruns}, safety {sum(snap.safety.values())}"
         )
 
     def _alive(self, now: float) -> bool:
@@ -334,7 +335,7 @@ class Daemon:
             log.error(
                 "control loop stalled for %.1f s (mode %s, alive %s); withholding the watchdog ping",
                 stalled,
-                loop.mode if loop is not None else "-",
+                loop.snapshot().mode if loop is not None else "-",
                 loop.alive if loop is not None else False,
             )
         elif not stalled:
@@ -356,6 +357,10 @@ class Daemon:
             log.error("flight recorder: could not write (%s): %s", reason, e)
             return
         log.info("flight recorder: %s written (%s); view with: lerobot-runtime replay %s", path.name, reason, path)
+
+    def _control_status(self) -> dict[str, Any] | None:
+        loop = self.loop
+        return loop.status() if loop is not None else None
 
     def _stalled_names(self) -> list[str]:
         return list(self._stalled_now)  # as of the last tick: checking here would log from another thread

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,10 +53,13 @@ class RuntimeCollector:
         snapshot: Callable[[], StatsSnapshot],
         info: Callable[[], PolicyInfo],
         stalled: Callable[[], list[str]] = list,
+        control: Callable[[], Mapping[str, Any] | None] = lambda: None,
     ) -> None:
+        """``control``: the control loop's ``control status`` map, None without a loop."""
         self._snapshot = snapshot
         self._info = info
         self._stalled = stalled
+        self._control = control
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -133,6 +136,41 @@ class RuntimeCollector:
             for joint, t in sorted((arm.get("temperature_c") or {}).items()):
                 temps.add_metric([joint], t)
             yield temps
+        control = self._control()
+        if control is not None:
+            yield from control_metrics(control)
+
+
+def control_metrics(status: Mapping[str, Any]) -> Iterator[Any]:
+    """The loop's timing: when ticks woke, and when the servos got their goals."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    quantiles = (("0.5", "p50"), ("0.99", "p99"), ("1", "max"))
+    wake = GaugeMetricFamily(
+        f"{PREFIX}_control_tick_lateness_milliseconds",
+        "How late control ticks woke after their deadline, over the last 10 s",
+        labels=["quantile"],
+    )
+    for q, key in quantiles:
+        if status["jitter_ms"].get(key) is not None:
+            wake.add_metric([q], status["jitter_ms"][key])
+    yield wake
+    writes = status["write_period_error_ms"]
+    error = GaugeMetricFamily(
+        f"{PREFIX}_control_write_period_error_milliseconds",
+        "Time between consecutive completed sync writes minus the control period (absolute), over the last 10 s",
+        labels=["quantile"],
+    )
+    for q, key in quantiles:
+        if writes.get(key) is not None:
+            error.add_metric([q], writes[key])
+    yield error
+    measured = "Write periods measured (writes on consecutive ticks)"
+    yield CounterMetricFamily(f"{PREFIX}_control_write_periods", measured, value=writes["periods"])
+    off = "Write periods more than 5 ms off the control period"
+    yield CounterMetricFamily(f"{PREFIX}_control_write_periods_off", off, value=writes["off_5ms"])
+    skipped = "Control ticks skipped (woke a whole period late)"
+    yield CounterMetricFamily(f"{PREFIX}_control_overruns", skipped, value=status["counters"]["overruns"])
 
 
 class MetricsServer:

@@ -6,8 +6,10 @@ pseudo-terminal (in a process of its own, as hardware answers outside ours) driv
 Feetech driver, a synthetic camera publishing the policy's image
 over ZeroMQ from its own process, and the :class:`ControlLoop` on the control CPU. A second process sends infer requests
 back to back the whole time, so the inference CPU never idles and the loop's own requests wait
-behind one. Reported: how late ticks woke (p50/p99/max), overruns, starved ticks (no action due after
-the first chunk), inference latency in ticks and dropped actions.
+behind one. Reported: how late ticks woke (p50/p99/max), the write period error beside it (time between
+consecutive completed sync writes minus the period: what the servos see; p50/p99/max and periods more
+than 5 ms off), overruns, starved ticks (no action due after the first chunk), inference latency in
+ticks and dropped actions.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.control.handler import ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
+from runtime.control.writetime import summarize_errors
 from runtime.engine.affinity import allowed_cpus, inference_cpus, process_on
 from runtime.engine.base import Engine
 from runtime.engine.config import EngineConfig
@@ -143,41 +146,44 @@ def _run_case(
         loop.check("start")
         loop.request("start", "bench")
         deadline = time.monotonic() + 60
-        while loop.counters["chunks"] < 1 and time.monotonic() < deadline:
+        while loop.snapshot().counters["chunks"] < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
-        if loop.counters["chunks"] < 1:
-            raise RuntimeError(f"no chunk reached the loop within 60 s ({dict(loop.counters)})")
+        if loop.snapshot().counters["chunks"] < 1:
+            raise RuntimeError(f"no chunk reached the loop within 60 s ({dict(loop.snapshot().counters)})")
         time.sleep(WARMUP_S)
-        before = dict(loop.counters)
-        dropped0, overruns0, tick0 = loop.queue.dropped, loop.ticker.overruns, loop.ticker.tick
-        lat0 = loop._latency_i
+        first = loop.snapshot()
         time.sleep(seconds)
-        tick1 = loop.ticker.tick
-        snap = loop.recorder.snapshot()
-        sel = snap["tick"] > tick0
-        late = np.abs(snap["late_ms"][sel])
-        lat_n = loop._latency_i - lat0
-        lats = np.array([loop._latencies[i % len(loop._latencies)] for i in range(lat0, loop._latency_i)])
+        last = loop.snapshot()
+        rows = loop.recorder.snapshot()
+        sel = (rows["tick"] > first.tick) & (rows["tick"] <= last.tick)
+        late = np.abs(rows["late_ms"][sel])
+        lats = loop.latencies(first.latencies_measured)
+        lat_n = len(lats)
+        before, after = first.counters, last.counters
         result = {
             "rate_hz": rate,
             "n_action_steps": steps,
-            "ticks": int(tick1 - tick0),
+            "ticks": int(last.tick - first.tick),
             "jitter_ms": {
                 "p50": round(float(np.percentile(late, 50)), 4),
                 "p99": round(float(np.percentile(late, 99)), 4),
                 "max": round(float(late.max()), 4),
             },
-            "overruns": loop.ticker.overruns - overruns0,
-            "starved_ticks": loop.counters["starved"] - before.get("starved", 0),
-            "chunks": loop.counters["chunks"] - before.get("chunks", 0),
+            "write_period_error_ms": {
+                k: round(v, 4) if isinstance(v, float) else v
+                for k, v in summarize_errors(rows["write_err_ms"][sel]).items()
+            },
+            "overruns": last.overruns - first.overruns,
+            "starved_ticks": after["starved"] - before["starved"],
+            "chunks": after["chunks"] - before["chunks"],
             "inference_latency_ticks": {
                 "p50": float(np.percentile(lats, 50)) if lat_n else None,
                 "max": float(lats.max()) if lat_n else None,
             },
-            "dropped_actions": loop.queue.dropped - dropped0,
-            "safety_interventions": dict(loop.envelope.counts),
-            "scheduling": loop.scheduling,
-            "loop_cpus_seen": sorted(loop.cpu_seen),
+            "dropped_actions": last.dropped_actions - first.dropped_actions,
+            "safety_interventions": dict(last.safety),
+            "scheduling": last.scheduling,
+            "loop_cpus_seen": sorted(last.cpu_seen),
         }
     finally:
         loop.shutdown()
@@ -255,18 +261,27 @@ def format_table(result: dict[str, Any]) -> str:
         f"CPU: {result['cpu']}",
         f"load: {result['load']}",
         "",
-        f"{'rate':>6} {'steps':>5} {'ticks':>6} {'jitter p50':>10} {'p99':>7} {'max':>7} {'overruns':>8} "
-        f"{'starved':>7} {'lat p50':>7} {'lat max':>7} {'dropped':>7}  scheduling",
+        f"{'rate':>6} {'steps':>5} {'ticks':>6} {'jitter p50':>10} {'p99':>7} {'max':>7} {'write p50':>9} "
+        f"{'p99':>7} {'max':>7} {'>5ms':>5} {'overruns':>8} {'starved':>7} {'lat p50':>7} {'lat max':>7} "
+        f"{'dropped':>7}  scheduling",
     ]
     for c in result["cases"]:
-        j, lat = c["jitter_ms"], c["inference_latency_ticks"]
+        j, w, lat = c["jitter_ms"], c["write_period_error_ms"], c["inference_latency_ticks"]
         lines.append(
             f"{c['rate_hz']:>6g} {c['n_action_steps']:>5} {c['ticks']:>6} {j['p50']:>10.3f} {j['p99']:>7.3f} "
-            f"{j['max']:>7.3f} {c['overruns']:>8} {c['starved_ticks']:>7} {_num(lat['p50']):>7} "
+            f"{j['max']:>7.3f} {_ms(w['p50']):>9} {_ms(w['p99']):>7} {_ms(w['max']):>7} {w['off_5ms']:>5} "
+            f"{c['overruns']:>8} {c['starved_ticks']:>7} {_num(lat['p50']):>7} "
             f"{_num(lat['max']):>7} {c['dropped_actions']:>7}  {c['scheduling']}"
         )
-    lines.append("jitter: ms a tick woke after its deadline; latency: ticks from observation to chunk merged")
+    lines.append(
+        "jitter: ms a tick woke after its deadline; write: ms between consecutive completed sync writes "
+        "minus the period (what the servos see); latency: ticks from observation to chunk merged"
+    )
     return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _num(v: float | None) -> str:

@@ -91,8 +91,9 @@ def run_teleop_bench(*, seconds: float, rate_hz: float) -> dict[str, Any]:
             log = list(sim.simulator.servo(joint.id).goal_log)
             loop = daemon.loop
             assert loop is not None
-            counters = dict(loop.counters)
-            overruns = loop.ticker.overruns
+            snap = loop.snapshot()
+            counters = dict(snap.counters)
+            overruns = snap.overruns
         finally:
             daemon.should_exit = True
             main.join(5)

@@ -1,8 +1,8 @@
 """``control.*`` requests: the operator's way into the control loop, and the loop's way to inference.
 
-:class:`LoopControl` answers on the server's I/O thread. It only checks, sets flags and reads state;
-the loop carries the request out at its next tick. :class:`ServerInference` hands the loop's
-observations to the server's inference worker, ahead of network clients.
+:class:`LoopControl` answers on the server's I/O thread. It only checks, sets flags and reads the
+loop's per-tick snapshot; the loop carries the request out at its next tick. :class:`ServerInference`
+hands the loop's observations to the server's inference worker, ahead of network clients.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime.control.loop import ControlLoop, ControlRefused, OnDone, StaleLatch, estop_status
+from runtime.control.latch import ControlRefused, StaleLatch, estop_status
+from runtime.control.loop import ControlLoop, OnDone
 from runtime.protocol.errors import ControlRefusedError
 from runtime.protocol.messages import ControlRequest, TeleopRequest
 from runtime.server.server import PolicyServer
@@ -51,7 +52,7 @@ class LoopControl:
             return self.status()
         if kind == "control.estop":
             latch = loop.request_estop(request.reason or f"requested by {who}")
-            return {"mode": loop.mode, "estop": estop_status(latch)}
+            return {"mode": loop.snapshot().mode.value, "estop": estop_status(latch)}
         if kind == "control.dump":
             loop.dump_requests.append(f"requested by {who}")
             return {"directory": str(self.state_dir)}
@@ -86,13 +87,13 @@ class LoopControl:
         loop.request(command, who, request.latch)
         if command == "release":
             # Accepted means queued: an e-stop before the next tick still wins (the log says so).
-            return {"accepted": True, "mode": loop.mode, "latch": request.latch}
-        return {"accepted": True, "mode": loop.mode}
+            return {"accepted": True, "mode": loop.snapshot().mode.value, "latch": request.latch}
+        return {"accepted": True, "mode": loop.snapshot().mode.value}
 
     def status(self) -> dict[str, Any]:
         status = self.loop.status()
         # OS thread ids, to check where they really run (/proc/PID/task/TID/stat field 39)
-        status["threads"] = {"control": self.loop.native_id, "inference": self.inference_thread}
+        status["threads"] = {"control": self.loop.snapshot().native_id, "inference": self.inference_thread}
         status["teleop"]["session"] = self.teleop.status()
         streams = self.loop.streams
         if streams is not None:

@@ -7,24 +7,25 @@ One thread, pinned to the control CPU and (where allowed) SCHED_FIFO, ticks on a
 
 Inference never runs here: the loop hands an observation (joint state of this tick plus the newest
 camera parts) to the inference worker and carries on; the finished chunk comes back through a
-one-slot handoff and is merged at the next tick, keyed by the tick its observation was taken at.
-Other threads talk to the loop only through flags and deques; nothing in the tick waits on a lock a
-slow thread holds, and nothing in it logs (events are logged by the daemon's main thread).
+one-slot handoff (:class:`~runtime.control.handoff.Latest`) and is merged at the next tick, keyed by
+the tick its observation was taken at. Other threads talk to the loop only through flags and deques;
+nothing in the tick waits on a lock a slow thread holds, and nothing in it logs (events are logged by
+the daemon's main thread). Each tick ends by publishing a frozen :class:`Snapshot`; everything outside
+the loop reads that (:meth:`ControlLoop.snapshot`), never the loop's attributes.
 
 Every e-stop request is a latch of its own, numbered from 1 (:class:`Latch`), taken at the next tick
 before any command; a release names the latch it saw and is refused if a newer one came since, so an
 e-stop pressed while a release is on its way is never lost.
 
-Modes: ``idle`` (never commanded, or torque off), ``running`` (executing chunks), ``teleop`` (a
-station's leader pose, after a hand-over that does not jump), ``holding`` (torque on, a fixed goal),
-``resting`` (moving slowly to the rest pose), ``estopped`` (latched). The goal's source, as recorded
-and reported, is ``policy`` (running), ``teleop`` or ``hold`` (everything else); exactly one at a time,
-switched only by an explicit request.
+Modes (:class:`~runtime.control.mode.Mode`): ``idle`` (never commanded, or torque off), ``running``
+(executing chunks), ``teleop`` (a station's leader pose, after a hand-over that does not jump),
+``holding`` (torque on, a fixed goal), ``resting`` (moving slowly to the rest pose), ``estopped``
+(latched). The goal's source, as recorded and reported, is ``policy`` (running), ``teleop`` or
+``hold`` (everything else); exactly one at a time, switched only by an explicit request.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import sys
@@ -33,7 +34,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -47,9 +47,17 @@ from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig
 from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
+from runtime.control.handoff import Latest
+from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch, estop_status
+from runtime.control.mailbox import Command, Mailbox, Release, Shutdown, Start, Stop, TakeOver, parse, word
+from runtime.control.mode import MOVING, Mode, Source, source_of
+from runtime.control.plan import Plan
 from runtime.control.recorder import MODE_CODE, FlightRecorder
-from runtime.control.safety import SafetyEnvelope
+from runtime.control.safety import Goal, SafetyEnvelope
+from runtime.control.snapshot import Snapshot
+from runtime.control.stall import Stall
 from runtime.control.streams import ObservationStreams
+from runtime.control.writetime import WriteClock
 from runtime.engine.affinity import current_cpu
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ConfigError, InputValidationError
@@ -91,34 +99,15 @@ class ArmBus(Protocol):
     def disable_torque(self) -> None: ...
 
 
-class ControlRefused(Exception):
-    """A control request that cannot be carried out now; the message says why."""
-
-
 @dataclass(frozen=True, slots=True)
-class Latch:
-    """One e-stop request: ``id`` numbers them from 1 since the loop was made, so a release can name
-    the one its operator saw; ``requested_at`` is on the loop's clock."""
+class ChunkResult:
+    """What the inference worker hands back: ``gen`` is the plan it was asked for (a newer plan
+    discards it), ``obs_tick`` the tick its observation was taken at."""
 
-    id: int
-    reason: str
-    requested_at: float
-
-
-class StaleLatch(ControlRefused):
-    """A release naming an e-stop latch that is not the current one: another e-stop came since."""
-
-    def __init__(self, named: int, current: Latch) -> None:
-        why = "another e-stop came since" if named < current.id else "no such latch was given out yet"
-        super().__init__(
-            f"the release names e-stop latch {named}, but the latch now is {current.id} ({current.reason}): "
-            f"{why}; check the arm, then release latch {current.id}"
-        )
-        self.named = named
-        self.current = current
-
-
-_LATCH_ID = attrgetter("id")
+    gen: int
+    obs_tick: int
+    actions: np.ndarray | None
+    error: str | None
 
 
 class ControlLoop:
@@ -169,49 +158,46 @@ class ControlLoop:
                 "(input = NAME, endpoint = where its producer publishes) for each"
             )
         n = len(self.names)
-        self.queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
-        self.envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
+        self._queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
+        self._envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
         self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
         self.teleop = TeleopTarget(n, teleop if teleop is not None else TeleopConfig(), self.period)
         #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
         self.episodes: EpisodeTap | None = None
         self._intervention = False
-        self.last_teleop_seq = -1
-        self.mode = "idle"
-        self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
-        self._estops: deque[Latch] = deque()  # requested, taken at the next tick (other threads append)
+        self._last_teleop_seq = -1
+        self._mode = Mode.IDLE
+        #: commands and e-stops from other threads, taken at the next tick (e-stops first)
+        self._mailbox = Mailbox(clock)
         #: the e-stop in effect (set and cleared by the loop thread only)
-        self.latch: Latch | None = None
-        self._commands: deque[tuple[str, str, int]] = deque()
+        self._latch: Latch | None = None
         self.dump_requests: deque[str] = deque()
-        self.present: np.ndarray | None = None
-        self.last_state: dict[str, JointState] = {}
+        self._present: np.ndarray | None = None
+        self._last_state: dict[str, JointState] = {}
         self._last_goal: np.ndarray | None = None
         self._hold_goal: np.ndarray | None = None
         self._rest_target: np.ndarray | None = None
-        self._gen = 0
-        self._inflight_since: float | None = None
-        self._result: tuple[int, int, np.ndarray | None, str | None] | None = None
-        self._got_first = False
-        self._new_history = True  # the next observation starts the policy's history (a new run)
-        self._stall_since: float | None = None
-        self._stall_key = ""
-        self._stall_reason = ""
-        self._stall_acted = False
+        self._result: Latest[ChunkResult] = Latest()
+        self._plan = Plan(self._queue)
+        self._stalled = Stall(config.safety.stall_timeout_s)
         self._bus_fail_run = 0
-        self.arm_error = ""
+        self._arm_error = ""
         self._latencies = np.full(256, np.nan)
         self._latency_i = 0
-        self.last_latency_ticks = math.nan
-        self.counters: Counter[str] = Counter()
+        self._last_latency_ticks = math.nan
+        self._counters: Counter[str] = Counter()
         self._cpu_ticks: Counter[int] = Counter()  # the loop thread's alone
-        #: ticks per CPU the loop ran on: replaced by a new copy each tick, never changed in place, so
-        #: other threads (status on the server's I/O thread) may iterate it while the loop runs
-        self.cpu_seen: Mapping[int, int] = {}
-        self.scheduling = ""
-        self.native_id = 0
-        self.ticker = Ticker(self.period, clock=clock)
-        self.last_tick_at = 0.0
+        self._scheduling = ""
+        self._native_id = 0
+        self._ticker = Ticker(self.period, clock=clock)
+        self._tick_at = 0.0
+        self._writes = WriteClock(self.period, max(2, round(self.rate_hz * 10)))
+        # when this tick's write completed and its period error (NaN: nothing written this tick)
+        self._write_at = math.nan
+        self._write_err_ms = math.nan
+        #: what the loop did, as of its last tick: everyone else reads this, not the attributes
+        self._snapshot: Latest[Snapshot] = Latest()
+        self._snapshot.put(Snapshot(scheduling="not started"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._shutdown_done = threading.Event()
@@ -234,18 +220,24 @@ class ControlLoop:
 
     # --- requests from other threads (flags only) -------------------------------------------------
 
-    def request(self, command: str, who: str = "", latch: int = 0) -> None:
-        """Queue ``start`` (policy) | ``teleop`` | ``stop`` (hold) | ``release`` for the next tick
-        (checked first by :meth:`check`). ``latch``: the e-stop latch a release is for."""
-        self._commands.append((command, who, latch))
+    def request(self, command: str | Command, who: str = "", latch: int = 0) -> None:
+        """Queue ``start`` (policy) | ``teleop`` | ``stop`` (hold) | ``release`` (or the
+        :mod:`~runtime.control.mailbox` command itself) for the next tick (checked first by
+        :meth:`check`). ``latch``: the e-stop latch a release is for."""
+        if isinstance(command, str):
+            try:
+                command = parse(command, who, latch)
+            except ValueError as e:
+                raise ControlRefused(str(e)) from None
+        self._mailbox.post(command)
 
     def check(self, command: str, latch: int = 0) -> None:
         """Raise :class:`ControlRefused` when ``command`` cannot be carried out now; a release of any
         latch but the newest (``latch``) raises :class:`StaleLatch`."""
         if command == "start":
             self._refuse_if_latched()
-            if self.arm_error:
-                raise ControlRefused(f"the arm is failing: {self.arm_error}")
+            if self._arm_error:
+                raise ControlRefused(f"the arm is failing: {self._arm_error}")
             failure = self.inference.failure()
             if failure:
                 raise ControlRefused(f"the policy cannot be trusted: {failure}")
@@ -255,8 +247,8 @@ class ControlLoop:
                     raise ControlRefused("observation stream(s) not fresh: " + _describe_stale(stale, self.streams))
         elif command == "teleop":
             self._refuse_if_latched()
-            if self.arm_error:
-                raise ControlRefused(f"the arm is failing: {self.arm_error}")
+            if self._arm_error:
+                raise ControlRefused(f"the arm is failing: {self._arm_error}")
         elif command == "release":
             current = self.estop
             if current is None:
@@ -277,16 +269,14 @@ class ControlLoop:
         """Latch a new e-stop, effective at the next tick, and return it. Each request is a latch
         of its own, also while one is latched, so a release already on its way is refused. Safe to call
         from any thread and from a signal handler (no lock)."""
-        latch = Latch(next(self._latch_ids), reason, self._clock())
-        self._estops.append(latch)
-        return latch
+        return self._mailbox.estop(reason)
 
     @property
     def estop(self) -> Latch | None:
         """The newest e-stop, requested (effective at the next tick) or in effect; None when released."""
         # Read the requests before the latch: the tick sets the latch before it drops the requests.
-        pending = max(tuple(self._estops), key=_LATCH_ID, default=None)  # tuple(): one C-level copy
-        current = self.latch
+        pending = self._mailbox.pending_estop()
+        current = self._latch
         if pending is None or (current is not None and current.id > pending.id):
             return current
         return pending
@@ -317,51 +307,103 @@ class ControlLoop:
 
     def stalled_for(self, now: float) -> float:
         """Seconds since the last tick beyond five periods (0 while ticking normally)."""
-        if not self.alive or self.last_tick_at == 0.0:
+        at = self.snapshot().at
+        if not self.alive or at == 0.0:
             return 0.0
-        late = now - self.last_tick_at
+        late = now - at
         return late if late > 5 * self.period else 0.0
+
+    def snapshot(self) -> Snapshot:
+        """The newest per-tick snapshot (any thread; never waits)."""
+        snap = self._snapshot.peek()
+        assert snap is not None  # one is put in __init__ and only replaced since
+        return snap
+
+    def latencies(self, since: int = 0) -> np.ndarray:
+        """Inference latencies in ticks of the chunks measured since the ``since``-th (a snapshot's
+        ``latencies_measured``), the newest 256 at most."""
+        n = self._latency_i
+        ring = self._latencies
+        first = max(since, n - len(ring))
+        return np.array([ring[i % len(ring)] for i in range(first, n)], dtype=np.float64)
+
+    def write_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """(completion stamps on the loop's clock, period errors in ms) of the recent sync writes."""
+        return self._writes.recent()
+
+    def _publish(self) -> None:
+        k = self._ticker.tick
+        self._snapshot.put(
+            Snapshot(
+                tick=k,
+                at=self._tick_at,
+                next_due=self._ticker.deadline(k + 1),
+                mode=self._mode,
+                latch=self._latch,
+                present=self._present,
+                state=self._last_state,
+                arm_error=self._arm_error,
+                queue_depth=self._queue.depth(k + 1),
+                dropped_actions=self._queue.dropped,
+                overruns=self._ticker.overruns,
+                counters=self._counters.copy(),
+                safety=dict(self._envelope.counts),
+                last_latency_ticks=self._last_latency_ticks,
+                latencies_measured=self._latency_i,
+                teleop_phase=self.teleop.phase if self._mode is Mode.TELEOP else "",
+                teleop_last_seq=self._last_teleop_seq,
+                intervention=self._intervention and self._mode is Mode.TELEOP,
+                cpu_seen=dict(self._cpu_ticks),
+                scheduling=self._scheduling,
+                native_id=self._native_id,
+                last_write_at=self._writes.last_at,
+                last_write_error_ms=self._writes.last_error_ms,
+                write_periods=self._writes.periods,
+                writes_off=self._writes.off,
+            )
+        )
 
     def shutdown(self, timeout: float = 15.0) -> bool:
         """Stop motion, hold, then ``safety.shutdown_action``; returns False if the arm could not be made safe."""
         if self._thread is None:
             return True
-        self._commands.append(("shutdown", "daemon", 0))
+        self._mailbox.post(Shutdown())
         self._shutdown_done.wait(timeout)
         self._stop.set()
         self._thread.join(2.0)
         return self.shutdown_ok and self._shutdown_done.is_set()
 
     def _run(self) -> None:
-        self.native_id = threading.get_native_id()
+        self._native_id = threading.get_native_id()
         if self.cpu is not None:
             pin_thread(self.cpu)
-        self.scheduling = request_realtime(self.config.rt_priority)
+        self._scheduling = request_realtime(self.config.rt_priority)
         self.events.emit(
-            logging.INFO if self.scheduling.startswith(("SCHED_FIFO", "SCHED_OTHER (")) else logging.WARNING,
+            logging.INFO if self._scheduling.startswith(("SCHED_FIFO", "SCHED_OTHER (")) else logging.WARNING,
             "control loop: %.1f Hz, %d of %d steps per chunk, next chunk at %d queued, aggregate %s; CPU %s; %s",
             self.rate_hz,
             self.n_steps,
-            self.queue.size // 4,
+            self._queue.size // 4,
             self.refill_at,
             self.config.aggregate,
             self.cpu if self.cpu is not None else "any",
-            self.scheduling,
+            self._scheduling,
         )
-        ticker = self.ticker
+        ticker = self._ticker
         ticker.start()
         try:
             while not self._stop.is_set():
                 k, _due, late = ticker.wait()
                 self._cpu_ticks[current_cpu()] += 1
-                self.cpu_seen = dict(self._cpu_ticks)
                 self._tick(k, late)
+                self._publish()
                 if self._shutdown_done.is_set():
                     break
         except Exception as e:  # a bug in the tick must not leave the arm moving unattended
             self.events.emit(logging.CRITICAL, "control loop failed: %s: %s; holding the arm", type(e).__name__, e)
             log.exception("control loop failed")
             self._hold_present()
+            self._publish()
             self.shutdown_ok = False
             self._shutdown_done.set()
 
@@ -369,22 +411,22 @@ class ControlLoop:
 
     def _tick(self, k: int, late: float) -> None:
         now = self._clock()
+        self._write_at = self._write_err_ms = math.nan
         present = self._read()
         self._take_estops(present)
-        while self._commands:
-            command, who, latch = self._commands.popleft()
-            self._command(command, who, present, latch)
+        while (command := self._mailbox.take_command()) is not None:
+            self._command(command, present)
             if self._shutdown_done.is_set():
                 return
         self._collect(k, present)
-        goal: np.ndarray | None = None
+        goal: Goal | None = None
         requested: np.ndarray | None = None
         if present is not None:
-            if self.mode == "running":
+            if self._mode is Mode.RUNNING:
                 goal, requested = self._running(k, now, present)
-            elif self.mode == "teleop":
+            elif self._mode is Mode.TELEOP:
                 goal, requested = self._teleop(now, present)
-            elif self.mode == "resting":
+            elif self._mode is Mode.RESTING:
                 goal = self._resting()
             if goal is not None:
                 self._write(goal)
@@ -394,78 +436,83 @@ class ControlLoop:
                 present,
                 goal if goal is not None else self._hold_goal,
                 requested,
-                self.source if requested is not None else "hold",
-                self._intervention and self.mode == "teleop",
+                (self.source if requested is not None else Source.HOLD).value,
+                self._intervention and self._mode is Mode.TELEOP,
             )
         self.recorder.record(
             now,
             k,
-            MODE_CODE[self.mode],
+            MODE_CODE[self._mode],
             present,
             goal,
             requested,
-            self.envelope.last_bits if requested is not None else None,
-            self.queue.depth(k + 1),
-            self.last_latency_ticks,
+            self._envelope.last_bits if requested is not None else None,
+            self._queue.depth(k + 1),
+            self._last_latency_ticks,
             late * 1e3,
+            (self._write_at - self._ticker.deadline(k)) * 1e3,
+            self._write_err_ms,
         )
-        self.counters["ticks"] += 1
-        self.last_tick_at = now
+        self._counters["ticks"] += 1
+        self._tick_at = now
 
     def _read(self) -> np.ndarray | None:
         try:
             state = self.bus.read_state()
         except ServoFaultError as e:
-            self.counters["servo_faults"] += 1
-            self.arm_error = str(e)
+            self._counters["servo_faults"] += 1
+            self._arm_error = str(e)
             self._fault_estop(f"servo fault: {e}")
-            return self.present
+            return self._present
         except BusError as e:
             self._bus_failure("read", e)
             return None
         self._bus_fail_run = 0
-        self.arm_error = ""
-        self.last_state = state
+        self._arm_error = ""
+        self._last_state = state
         present = np.fromiter((state[n].position for n in self.names), dtype=np.float64, count=len(self.names))
-        self.present = present
+        self._present = present
         return present
 
     def _bus_failure(self, what: str, e: BusError) -> None:
-        self.counters[f"bus_{what}_failures"] += 1
+        self._counters[f"bus_{what}_failures"] += 1
         self._bus_fail_run += 1
-        self.arm_error = str(e)
+        self._arm_error = str(e)
         if self._bus_fail_run == 1:
             self.events.emit(logging.ERROR, "control: arm %s failed: %s", what, e)
         limit = self.config.safety.max_bus_failures
         if self._bus_fail_run >= limit:
             self._fault_estop(f"{self._bus_fail_run} bus failures in a row (last: {e})")
 
-    def _write(self, goal: np.ndarray) -> None:
+    def _write(self, goal: Goal) -> None:
+        """Write one goal; only the envelope makes a :class:`Goal`, so nothing else reaches the bus."""
         try:
             self.bus.write_goals({n: float(goal[i]) for i, n in enumerate(self.names)})
         except BusError as e:
             self._bus_failure("write", e)
             return
-        self.counters["writes"] += 1
+        # what the servos see: when the goal left, not when the tick woke
+        self._write_at = self._clock()
+        self._write_err_ms = self._writes.stamp(self._ticker.tick, self._write_at)
+        self._counters["writes"] += 1
         self._last_goal = goal
 
     # --- e-stop and commands --------------------------------------------------------------------------
 
     def _take_estops(self, present: np.ndarray | None) -> None:
-        requests = tuple(self._estops)
+        requests = self._mailbox.estop_requests()
         if not requests:
             return
-        newest = max(requests, key=_LATCH_ID)
-        if self.latch is None or newest.id > self.latch.id:
+        newest = max(requests, key=LATCH_ID)
+        if self._latch is None or newest.id > self._latch.id:
             self._enter_estop(present, newest)
-        for _ in requests:  # only this thread takes from the left; others append on the right
-            self._estops.popleft()
+        self._mailbox.drop_estops(len(requests))  # after the latch is set: see estop
 
     def _enter_estop(self, present: np.ndarray | None, latch: Latch) -> None:
-        again = self.latch is not None
-        self.latch = latch
+        again = self._latch is not None
+        self._latch = latch
         after_ms = (self._clock() - latch.requested_at) * 1e3
-        self.counters["estops"] += 1
+        self._counters["estops"] += 1
         if again:
             # The arm stopped at the first latch; the new one only makes a release of that one stale.
             self.events.emit(
@@ -477,18 +524,17 @@ class ControlLoop:
                 after_ms,
             )
             return
-        previous = self.mode
-        self.mode = "estopped"
-        self._gen += 1
-        self.queue.clear()
+        previous = self._mode
+        self._mode = Mode.ESTOPPED
+        self._plan.drop()
         action = self.config.safety.estop_action
-        where = present if present is not None else self.present
+        where = present if present is not None else self._present
         if action == "torque_off":
             self._torque_off()
-        elif where is not None and previous != "idle":
-            self._hold_goal = where.copy()
-            self._write(where)
-            self.envelope.hold(where)
+        elif where is not None and previous is not Mode.IDLE:
+            held = self._envelope.hold_goal(where, where)
+            self._hold_goal = held.copy()
+            self._write(held)
         self.events.emit(
             logging.ERROR,
             "E-STOP latched (latch %d): %s; %s %.1f ms after the request (mode was %s); "
@@ -501,53 +547,50 @@ class ControlLoop:
         )
         self.dump_requests.append("estop")
 
-    def _command(self, command: str, who: str, present: np.ndarray | None, latch: int = 0) -> None:
-        if command == "shutdown":
+    def _command(self, cmd: Command, present: np.ndarray | None) -> None:
+        if isinstance(cmd, Shutdown):
             self._shutdown(present)
             return
+        command, who = word(cmd), cmd.who
+        latch = cmd.latch if isinstance(cmd, Release) else 0
         try:
             self.check(command, latch)
-            if present is None and command == "start":
-                raise ControlRefused(f"the arm did not answer this tick: {self.arm_error}")
+            if present is None and isinstance(cmd, Start):
+                raise ControlRefused(f"the arm did not answer this tick: {self._arm_error}")
         except ControlRefused as e:
             self.events.emit(logging.WARNING, "control %s (asked by %s) refused: %s", command, who or "?", e)
             return
-        if command == "teleop":
+        if isinstance(cmd, TakeOver):
             self._take_over(who, present)
-        elif command == "start":
+        elif isinstance(cmd, Start):
             assert present is not None
-            if self.mode in ("idle",):
+            if self._mode is Mode.IDLE:
                 try:
                     self.bus.enable_torque()
                 except BusError as e:
                     self.events.emit(logging.ERROR, "control start: torque on failed: %s", e)
                     return
-            self._gen += 1
-            self.queue.clear()
-            self.envelope.reset(present)
+            self._plan.restart()
+            self._envelope.reset(present)
             self._last_goal = present.copy()
-            self._got_first = False
-            self._new_history = True
-            self._stall_since = None
-            self._stall_key = ""
-            self._stall_acted = False
-            was = self.mode
-            self.mode = "running"
+            self._stalled.clear()
+            was = self._mode
+            self._mode = Mode.RUNNING
             self._intervention = False
-            self.counters["starts"] += 1
+            self._counters["starts"] += 1
             self.events.emit(
                 logging.INFO, "control: source policy (was %s), motion started (asked by %s)", was, who or "?"
             )
-        elif command == "stop":
-            if self.mode in ("running", "resting", "teleop"):
+        elif isinstance(cmd, Stop):
+            if self._mode in MOVING:
                 self._hold_present()
             self.events.emit(logging.INFO, "control: motion stopped, holding (asked by %s)", who or "?")
-        elif command == "release":
-            self.latch = None
+        elif isinstance(cmd, Release):
+            self._latch = None
             held = self._hold_goal is not None and self.config.safety.estop_action == "hold"
-            self.mode = "holding" if held else "idle"
+            self._mode = Mode.HOLDING if held else Mode.IDLE
             self.events.emit(
-                logging.WARNING, "control: e-stop latch %d released by %s; arm %s", latch, who or "?", self.mode
+                logging.WARNING, "control: e-stop latch %d released by %s; arm %s", latch, who or "?", self._mode
             )
 
     def _take_over(self, who: str, present: np.ndarray | None) -> None:
@@ -557,30 +600,27 @@ class ControlLoop:
                 logging.WARNING, "control teleop (asked by %s) refused: the arm did not answer", who or "?"
             )
             return
-        was = self.mode
-        if was == "teleop":
+        was = self._mode
+        if was is Mode.TELEOP:
             return
-        if was == "idle":
+        if was is Mode.IDLE:
             try:
                 self.bus.enable_torque()
             except BusError as e:
                 self.events.emit(logging.ERROR, "control teleop: torque on failed: %s", e)
                 return
-            self.envelope.reset(present)
+            self._envelope.reset(present)
             self._last_goal = present.copy()
-        elif self._last_goal is None or was != "running":
-            self.envelope.reset(present)
+        elif self._last_goal is None or was is not Mode.RUNNING:
+            self._envelope.reset(present)
             self._last_goal = present.copy()
         # A chunk in flight is for the policy's plan, which ends here.
-        self._gen += 1
-        self.queue.clear()
-        self._intervention = was == "running"
-        self._stall_since = None
-        self._stall_key = ""
-        self._stall_acted = False
+        self._plan.drop()
+        self._intervention = was is Mode.RUNNING
+        self._stalled.clear()
         self.teleop.begin()
-        self.mode = "teleop"
-        self.counters["takeovers"] += 1
+        self._mode = Mode.TELEOP
+        self._counters["takeovers"] += 1
         self.events.emit(
             logging.INFO,
             "control: source teleop (was %s), %s hand-over (asked by %s)",
@@ -590,14 +630,13 @@ class ControlLoop:
         )
 
     def _hold_present(self) -> None:
-        self._gen += 1
-        self.queue.clear()
-        where = self.present
+        self._plan.drop()
+        where = self._present
         if where is not None:
-            self._hold_goal = where.copy()
-            self._write(where)
-            self.envelope.hold(where)
-        self.mode = "holding"
+            held = self._envelope.hold_goal(where, where)
+            self._hold_goal = held.copy()
+            self._write(held)
+        self._mode = Mode.HOLDING
 
     def _torque_off(self) -> None:
         try:
@@ -607,76 +646,75 @@ class ControlLoop:
             self.shutdown_ok = False
             return
         self._hold_goal = None
-        self.counters["torque_offs"] += 1
+        self._counters["torque_offs"] += 1
 
     def _shutdown(self, present: np.ndarray | None) -> None:
         """Stop motion, hold, then rest or torque off, in that order."""
-        was = self.mode
+        was = self._mode
         if self.episodes is not None:
             self.episodes.end()
-        if was in ("running", "resting", "holding", "teleop"):
+        if was in MOVING or was is Mode.HOLDING:
             self._hold_present()
             action = self.config.safety.shutdown_action
             if action == "rest":
                 self._start_rest()
                 end = self._clock() + SHUTDOWN_REST_LIMIT_S
-                while self.mode == "resting" and self._clock() < end:
-                    self.ticker.wait()
+                while self._mode is Mode.RESTING and self._clock() < end:
+                    self._ticker.wait()
                     if self._read() is not None:
                         goal = self._resting()
                         if goal is not None:
                             self._write(goal)
+                    self._publish()
             elif action == "torque_off":
                 self._torque_off()
-                self.mode = "idle"
-        self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, self.mode)
+                self._mode = Mode.IDLE
+        self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, self._mode)
         self._shutdown_done.set()
 
     # --- running ------------------------------------------------------------------------------------------
 
     def _collect(self, k: int, present: np.ndarray | None) -> None:
-        result = self._result
+        result = self._result.take()
         if result is None:
-            since = self._inflight_since
+            since = self._plan.inflight_since
             if since is not None and self._clock() - since > self.config.safety.stall_timeout_s:
-                self.counters["inference_stalls"] += 1
+                self._counters["inference_stalls"] += 1
                 self.events.emit(
                     logging.ERROR,
                     "control: no chunk %.1f s after asking; dropping that request",
                     self._clock() - since,
                 )
-                self._gen += 1
-                self._inflight_since = None
+                self._plan.forget_request()
             return
-        self._result = None
-        self._inflight_since = None
-        gen, obs_tick, actions, error = result
-        if gen != self._gen:
-            self.counters["chunks_discarded"] += 1
+        self._plan.inflight_since = None
+        gen, obs_tick, actions, error = result.gen, result.obs_tick, result.actions, result.error
+        if not self._plan.is_current(gen):
+            self._counters["chunks_discarded"] += 1
             return
         latency = k - obs_tick
-        self.last_latency_ticks = float(latency)
+        self._last_latency_ticks = float(latency)
         self._latencies[self._latency_i % len(self._latencies)] = latency
         self._latency_i += 1
         if error is not None or actions is None:
-            self.counters["inference_failures"] += 1
+            self._counters["inference_failures"] += 1
             self.events.emit(logging.ERROR, "control: inference failed: %s; holding", error)
             return
         if present is None:
-            self.counters["chunks_discarded"] += 1
+            self._counters["chunks_discarded"] += 1
             return
         # The whole chunk is checked, also the steps past n_action_steps: a policy emitting NaN
         # anywhere is not trusted for any of it.
-        reason = self.envelope.check_chunk(actions, present, max(0, k - obs_tick))
+        reason = self._envelope.check_chunk(actions, present, max(0, k - obs_tick))
         chunk = actions[: self.n_steps]
         if reason is not None:
-            self.envelope.refuse(reason)
+            self._envelope.refuse(reason)
             return
-        self.queue.merge(chunk, obs_tick, k)
-        self._got_first = True
-        self.counters["chunks"] += 1
+        self._queue.merge(chunk, obs_tick, k)
+        self._plan.got_first = True
+        self._counters["chunks"] += 1
 
-    def _running(self, k: int, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _running(self, k: int, now: float, present: np.ndarray) -> tuple[Goal | None, np.ndarray | None]:
         blocked = ""
         stale: list[tuple[str, float | None]] = []
         if self.streams is not None:
@@ -688,88 +726,81 @@ class ControlLoop:
             if failure:
                 blocked = f"policy not trusted: {failure}"
         if blocked:
-            self.counters["blocked_ticks"] += 1
+            self._counters["blocked_ticks"] += 1
             key = "stale:" + ",".join(n for n, _ in stale) if stale else "untrusted"
-            if self._stall_key != key:
+            if self._stalled.key != key:
                 # Finish no stale plan: what was queued was computed from what is now too old.
-                self._gen += 1
-                self.queue.clear()
-            return self._stall(now, key, blocked), None
-        action = self.queue.take(k)
-        if self._inflight_since is None and self.queue.depth(k + 1) <= self.refill_at:
+                self._plan.drop()
+            return self._stall(now, present, key, blocked), None
+        action = self._queue.take(k)
+        if self._plan.inflight_since is None and self._queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
         elif self._observe_every_tick:
             self._observe(present)
         if action is None:
-            if self._got_first:
-                self.counters["starved"] += 1
-                return self._stall(now, "starved", "starved: no action due"), None
-            self.counters["priming"] += 1
-            return self._stall(now, "priming", "waiting for the first chunk"), None
+            if self._plan.got_first:
+                self._counters["starved"] += 1
+                return self._stall(now, present, "starved", "starved: no action due"), None
+            self._counters["priming"] += 1
+            return self._stall(now, present, "priming", "waiting for the first chunk"), None
         self._moving_again(now)
         requested = action.copy()
-        return self.envelope.apply(requested, present), requested
+        return self._envelope.apply(requested, present), requested
 
     def _moving_again(self, now: float) -> None:
-        if self._stall_since is not None and self._stall_key != "priming":
-            self.events.emit(
-                logging.INFO, "control: moving again after %.2f s (%s)", now - self._stall_since, self._stall_reason
-            )
-        self._stall_since = None
-        self._stall_key = ""
-        self._stall_reason = ""
-        self._stall_acted = False
+        reason = self._stalled.reason
+        stalled = self._stalled.resume(now)
+        if stalled is not None:
+            self.events.emit(logging.INFO, "control: moving again after %.2f s (%s)", stalled, reason)
 
     # --- teleop ---------------------------------------------------------------------------------------
 
-    def _teleop(self, now: float, present: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _teleop(self, now: float, present: np.ndarray) -> tuple[Goal | None, np.ndarray | None]:
         """The station's newest target through the hand-over and the envelope; deadman: hold, then stall."""
         target = self.teleop.fresh(now)
         if target is None:
-            self.counters["deadman_ticks"] += 1
+            self._counters["deadman_ticks"] += 1
             reason = f"deadman: no teleop target for more than {self.teleop.config.deadman_ms:g} ms"
-            return self._stall(now, "deadman", reason), None
+            return self._stall(now, present, "deadman", reason), None
         self._moving_again(now)
         last = self._last_goal if self._last_goal is not None else present
         requested = self.teleop.goal(target.positions, last, present)
-        self.last_teleop_seq = target.seq
-        return self.envelope.apply(requested, present), requested.copy()
+        self._last_teleop_seq = target.seq
+        return self._envelope.apply(requested, present), requested.copy()
 
     @property
-    def source(self) -> str:
-        """Who commands the arm now: ``policy``, ``teleop`` or ``hold``."""
-        return "policy" if self.mode == "running" else "teleop" if self.mode == "teleop" else "hold"
+    def source(self) -> Source:
+        """Who commands the arm now."""
+        return source_of(self._mode)
 
-    def _stall(self, now: float, key: str, reason: str) -> np.ndarray | None:
+    def _stall(self, now: float, present: np.ndarray, key: str, reason: str) -> Goal | None:
         """Hold the last safe goal; after ``stall_timeout_s``, the configured stall action."""
-        if self._stall_since is None:
-            self._stall_since = now
-            held = self._last_goal if self._last_goal is not None else self.present
+        stall = self._stalled.tick(now, key, reason)
+        if stall.began:
+            held = self._last_goal if self._last_goal is not None else self._present
             assert held is not None
             self._hold_goal = held.copy()
-            self.envelope.hold(self._hold_goal)
-        if self._stall_key != key:
-            if key != "priming":
-                self.events.emit(logging.WARNING, "control: holding the last safe goal: %s", reason)
-            self._stall_key = key
-            self._stall_reason = reason
-        waited = now - self._stall_since
+            self._envelope.hold(self._hold_goal)
+        if stall.new_reason and key != "priming":
+            self.events.emit(logging.WARNING, "control: holding the last safe goal: %s", reason)
         safety = self.config.safety
-        if waited > safety.stall_timeout_s and not self._stall_acted:
-            self._stall_acted = True
-            self.counters["stall_actions"] += 1
-            self.events.emit(logging.ERROR, "control: stalled %.2f s (%s): %s", waited, reason, safety.stall_action)
+        if stall.act:
+            self._counters["stall_actions"] += 1
+            self.events.emit(
+                logging.ERROR, "control: stalled %.2f s (%s): %s", stall.waited, reason, safety.stall_action
+            )
             self.dump_requests.append(f"stall {safety.stall_action}")
             if safety.stall_action == "rest":
                 self._start_rest()
                 return self._resting()
             if safety.stall_action == "torque_off":
-                self._gen += 1
-                self.queue.clear()
+                self._plan.drop()
                 self._torque_off()
-                self.mode = "idle"
+                self._mode = Mode.IDLE
                 return None
-        return self._hold_goal
+        # checked each tick against where the arm is now (a hold is a goal like any other)
+        assert self._hold_goal is not None
+        return self._envelope.hold_goal(self._hold_goal, present)
 
     def _observation(self, present: np.ndarray, *, report: bool = True) -> list[np.ndarray] | None:
         """This tick's observation in the policy's input order: the joints plus the newest stream parts.
@@ -786,7 +817,7 @@ class ControlLoop:
         try:
             return validate_inputs(self.inputs, observation)
         except InputValidationError as e:
-            self.counters["observation_errors"] += 1
+            self._counters["observation_errors"] += 1
             if report:
                 self.events.emit(logging.ERROR, "control: observation refused: %s", e)
             return None
@@ -794,72 +825,72 @@ class ControlLoop:
     def _observe(self, present: np.ndarray) -> None:
         arrays = self._observation(present, report=False)
         if arrays is not None:
-            self.inference.observe(arrays, reset=self._new_history)
-            self._new_history = False
-            self.counters["observations"] += 1
+            self.inference.observe(arrays, reset=self._plan.new_history)
+            self._plan.new_history = False
+            self._counters["observations"] += 1
 
     def _ask(self, k: int, present: np.ndarray) -> None:
         arrays = self._observation(present)
         if arrays is None:
             return
-        gen = self._gen
-        self._inflight_since = self._clock()
+        gen = self._plan.gen
+        self._plan.inflight_since = self._clock()
 
         def done(actions: np.ndarray | None, error: str | None) -> None:
-            self._result = (gen, k, actions, error)
+            self._result.put(ChunkResult(gen, k, actions, error))
 
-        if not self.inference.submit(arrays, done, reset=self._new_history):
-            self._inflight_since = None
-            self.counters["submit_refused"] += 1
+        if not self.inference.submit(arrays, done, reset=self._plan.new_history):
+            self._plan.inflight_since = None
+            self._counters["submit_refused"] += 1
         else:
-            self._new_history = False
-            self.counters["requests"] += 1
+            self._plan.new_history = False
+            self._counters["requests"] += 1
 
     # --- resting --------------------------------------------------------------------------------------
 
     def _start_rest(self) -> None:
-        self._gen += 1
-        self.queue.clear()
-        start = self._last_goal if self._last_goal is not None else self.present
+        self._plan.drop()
+        start = self._last_goal if self._last_goal is not None else self._present
         if start is None:
             return
-        self._rest_target = self.envelope.rest_target(start)
-        self.mode = "resting"
+        self._rest_target = self._envelope.rest_target(start)
+        self._mode = Mode.RESTING
 
-    def _resting(self) -> np.ndarray | None:
+    def _resting(self) -> Goal | None:
         """This tick's goal on the way to the rest pose: at ``rest_speed_deg_s``, through the envelope."""
-        target, present = self._rest_target, self.present
+        target, present = self._rest_target, self._present
         if target is None or present is None:
-            self.mode = "holding"
+            self._mode = Mode.HOLDING
             return None
         step = self.config.safety.rest_speed_deg_s * self.period
         # From where the arm is, not from the last goal: a blocked joint's goal must not run away.
-        goal = self.envelope.apply(present + np.clip(target - present, -step, step), present)
+        goal = self._envelope.apply(present + np.clip(target - present, -step, step), present)
         if np.allclose(goal, target, atol=1e-6):
-            self.mode = "holding"
+            self._mode = Mode.HOLDING
             self._hold_goal = target.copy()
-            self.envelope.hold(target)
+            self._envelope.hold(target)
             self.events.emit(logging.INFO, "control: rest pose reached; holding")
-            return target
         return goal
 
     # --- status ---------------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        """``control status``: the newest snapshot, with figures computed here, off the tick."""
+        snap = self.snapshot()
         lat = self._latencies[~np.isnan(self._latencies)]
         late = self.recorder.recent_late_ms(int(self.rate_hz * 10))
         stale = self.streams.stale(self._clock()) if self.streams is not None else []
-        k = self.ticker.tick
+        k = snap.tick
         return {
-            "mode": self.mode,
-            "source": self.source,
+            "mode": snap.mode.value,
+            "source": snap.source.value,
             "teleop": {
-                "phase": self.teleop.phase if self.mode == "teleop" else "",
+                "phase": snap.teleop_phase,
                 "handover": self.teleop.config.handover,
-                "last_seq": self.last_teleop_seq,
+                "last_seq": snap.teleop_last_seq,
                 "targets": self.teleop.received,
                 "out_of_order": self.teleop.out_of_order,
-                "intervention": self._intervention and self.mode == "teleop",
+                "intervention": snap.intervention,
             },
             "recording": self.episodes.status() if self.episodes is not None else None,
             "estop": estop_status(self.estop),
@@ -868,15 +899,15 @@ class ControlLoop:
             "refill_at": self.refill_at,
             "aggregate": self.config.aggregate,
             "tick": k,
-            "queue_depth": self.queue.depth(k + 1),
+            "queue_depth": snap.queue_depth,
             "counters": {
-                **dict(self.counters),
-                "overruns": self.ticker.overruns,
-                "dropped_actions": self.queue.dropped,
+                **dict(snap.counters),
+                "overruns": snap.overruns,
+                "dropped_actions": snap.dropped_actions,
             },
-            "safety": dict(self.envelope.counts),
+            "safety": dict(snap.safety),
             "inference_latency_ticks": {
-                "last": None if math.isnan(self.last_latency_ticks) else self.last_latency_ticks,
+                "last": None if math.isnan(snap.last_latency_ticks) else snap.last_latency_ticks,
                 "p50": float(np.percentile(lat, 50)) if len(lat) else None,
                 "max": float(lat.max()) if len(lat) else None,
             },
@@ -885,31 +916,25 @@ class ControlLoop:
                 "p99": float(np.percentile(np.abs(late), 99)) if len(late) else None,
                 "max": float(np.abs(late).max()) if len(late) else None,
             },
+            "write_period_error_ms": self._writes.stats(),
             "stale_streams": [name for name, _ in stale],
             "arm": {
-                "healthy": not self.arm_error,
-                "error": self.arm_error,
-                "positions": {n: round(float(self.present[i]), 2) for i, n in enumerate(self.names)}
-                if self.present is not None
+                "healthy": not snap.arm_error,
+                "error": snap.arm_error,
+                "positions": {n: round(float(snap.present[i]), 2) for i, n in enumerate(self.names)}
+                if snap.present is not None
                 else {},
-                "temperatures_c": {n: s.temperature_c for n, s in self.last_state.items()},
+                "temperatures_c": {n: s.temperature_c for n, s in snap.state.items()},
             },
-            "cpus_seen": {str(c): n for c, n in self.cpu_seen.items()},
-            "scheduling": self.scheduling,
+            "cpus_seen": {str(c): n for c, n in snap.cpu_seen.items()},
+            "scheduling": snap.scheduling,
         }
 
 
-def estop_status(latch: Latch | None) -> dict[str, Any]:
-    """The ``estop`` map of status and of the ``control.estop`` reply; ``latch`` 0 when none is latched."""
-    if latch is None:
-        return {"latched": False, "reason": "", "latch": 0}
-    return {"latched": True, "reason": latch.reason, "latch": latch.id}
-
-
-def _estop_effect(action: str, previous_mode: str) -> str:
+def _estop_effect(action: str, previous_mode: Mode) -> str:
     if action == "torque_off":
         return "torque off"
-    return "holding the present pose" if previous_mode != "idle" else "arm idle"
+    return "holding the present pose" if previous_mode is not Mode.IDLE else "arm idle"
 
 
 def _describe_stale(stale: list[tuple[str, float | None]], streams: ObservationStreams) -> str:

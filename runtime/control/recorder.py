@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("idle", "running", "holding", "resting", "estopped", "teleop")
-MODE_CODE = {m: i for i, m in enumerate(MODES)}
+from runtime.control.mode import Mode
+
+MODES = tuple(m.value for m in Mode)  # a recording's mode codes index this (written in its meta)
+MODE_CODE = {m: i for i, m in enumerate(Mode)}
 
 
 class FlightRecorder:
@@ -38,6 +40,10 @@ class FlightRecorder:
         self.queue_depth = np.zeros(c, dtype=np.int32)
         self.latency_ticks = np.full(c, np.nan)
         self.late_ms = np.zeros(c)
+        # when this tick's sync write completed, ms after its deadline, and the period since the
+        # previous tick's write minus the control period (NaN: nothing written, or not measured)
+        self.write_ms = np.full(c, np.nan)
+        self.write_err_ms = np.full(c, np.nan)
         self._next = 0
         self.rows = 0
         self._lock = threading.Lock()
@@ -54,6 +60,8 @@ class FlightRecorder:
         queue_depth: int,
         latency_ticks: float,
         late_ms: float,
+        write_ms: float = np.nan,
+        write_err_ms: float = np.nan,
     ) -> None:
         with self._lock:
             i = self._next
@@ -75,6 +83,7 @@ class FlightRecorder:
             else:
                 self.clamps[i] = clamps
             self.queue_depth[i], self.latency_ticks[i], self.late_ms[i] = queue_depth, latency_ticks, late_ms
+            self.write_ms[i], self.write_err_ms[i] = write_ms, write_err_ms
             self._next = (i + 1) % self.capacity
             self.rows = min(self.rows + 1, self.capacity)
 
@@ -96,6 +105,8 @@ class FlightRecorder:
                 "queue_depth": self.queue_depth[order].copy(),
                 "latency_ticks": self.latency_ticks[order].copy(),
                 "late_ms": self.late_ms[order].copy(),
+                "write_ms": self.write_ms[order].copy(),
+                "write_err_ms": self.write_err_ms[order].copy(),
             }
 
     def recent_late_ms(self, n: int) -> np.ndarray:

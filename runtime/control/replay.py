@@ -2,7 +2,9 @@
 
 The drawing (optional ``plot`` extra, matplotlib) has one panel per joint: present position, the goal
 written and the action requested before the safety envelope, with envelope interventions marked and
-mode changes drawn as labelled vertical lines.
+mode changes drawn as labelled vertical lines; and a timing panel below them: how late each tick
+woke, and the write period error (time since the previous tick's completed write minus the period,
+what the servos see). Recordings made before write times were recorded have no timing of writes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from runtime.control.recorder import load_flight
 from runtime.control.safety import KINDS
+from runtime.control.writetime import summarize_errors
 from runtime.errors import MissingDependencyError
 
 
@@ -54,6 +57,7 @@ def summarize(path: str | Path) -> dict[str, Any]:
             "p99": float(np.percentile(late, 99)) if len(late) else None,
             "max": float(late.max()) if len(late) else None,
         },
+        "write_period_error_ms": summarize_errors(a["write_err_ms"]) if "write_err_ms" in a else None,
         "ticks_with_goal": int(np.isfinite(a["goal"]).all(axis=1).sum()),
         "inference_latency_ticks_max": float(lat.max()) if len(lat) else None,
         "joints": per_joint,
@@ -68,6 +72,7 @@ def format_summary(s: dict[str, Any]) -> str:
         "tick lateness ms: p50 {p50}, p99 {p99}, max {max}".format(
             **{k: "-" if v is None else f"{v:.3f}" for k, v in s["jitter_ms"].items()}
         ),
+        _write_line(s["write_period_error_ms"]),
         f"ticks that wrote a goal: {s['ticks_with_goal']}; "
         f"inference latency max {s['inference_latency_ticks_max']} ticks",
     ]
@@ -76,6 +81,16 @@ def format_summary(s: dict[str, Any]) -> str:
         clamps = ", ".join(f"{k} {v}" for k, v in j["interventions"].items()) or "none"
         lines.append(f"  {name:<14} present {lo_hi:>14}   safety interventions: {clamps}")
     return "\n".join(lines)
+
+
+def _write_line(w: dict[str, Any] | None) -> str:
+    if w is None:
+        return "write period error ms: not recorded"
+    figures = {k: "-" if w[k] is None else f"{w[k]:.3f}" for k in ("p50", "p99", "max")}
+    return (
+        "write period error ms: p50 {p50}, p99 {p99}, max {max}".format(**figures)
+        + f" ({w['periods']} periods, {w['off_5ms']} more than 5 ms off)"
+    )
 
 
 def draw(path: str | Path, out: str | Path) -> Path:
@@ -89,9 +104,10 @@ def draw(path: str | Path, out: str | Path) -> Path:
     meta, a = load_flight(path)
     joints: list[str] = meta["joints"]
     t = a["t"] - a["t"][0] if len(a["t"]) else a["t"]
-    fig, axes = plt.subplots(len(joints), 1, figsize=(11, 2.0 * len(joints)), sharex=True, squeeze=False)
+    panels = len(joints) + 1  # and the timing panel
+    fig, axes = plt.subplots(panels, 1, figsize=(11, 2.0 * panels), sharex=True, squeeze=False)
     changes = mode_changes(a["t"], a["mode"], meta["modes"])
-    for j, (ax, name) in enumerate(zip(axes[:, 0], joints, strict=True)):
+    for j, (ax, name) in enumerate(zip(axes[:-1, 0], joints, strict=True)):
         ax.plot(t, a["present"][:, j], label="present", color="tab:blue", lw=1.2)
         ax.plot(t, a["goal"][:, j], label="goal written", color="tab:orange", lw=1.0, ls="--")
         ax.plot(t, a["requested"][:, j], label="requested", color="tab:gray", lw=0.8, ls=":")
@@ -104,6 +120,16 @@ def draw(path: str | Path, out: str | Path) -> Path:
                 ax.annotate(mode, (at, 1.0), xycoords=("data", "axes fraction"), fontsize=7, va="bottom")
         ax.set_ylabel(name, fontsize=8)
         ax.grid(alpha=0.3)
+    timing = axes[-1, 0]
+    timing.plot(t, a["late_ms"], label="tick woke late", color="tab:blue", lw=0.8)
+    if "write_err_ms" in a:
+        timing.plot(t, a["write_err_ms"], label="write period error", color="tab:orange", lw=0.8)
+    for at, _ in changes:
+        timing.axvline(at, color="k", lw=0.5, alpha=0.4)
+    timing.axhline(0.0, color="k", lw=0.5)
+    timing.set_ylabel("ms", fontsize=8)
+    timing.grid(alpha=0.3)
+    timing.legend(loc="upper right", fontsize=7, ncol=2)
     axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
     axes[-1, 0].set_xlabel("seconds")
     fig.suptitle(f"{Path(path).name}: {meta.get('reason', '')}", fontsize=9)

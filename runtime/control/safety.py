@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import NewType
 
 import numpy as np
+import numpy.typing as npt
 
 from drivers.calibration import Calibration
 from runtime.control.config import SafetyConfig
 from runtime.control.events import EventLog
 from runtime.errors import ConfigError
+
+#: a goal that passed the envelope: the only kind the loop writes to the bus (the type says so)
+Goal = NewType("Goal", npt.NDArray[np.float64])
 
 LIMIT, STEP, ACCEL, NONFINITE = 1, 2, 4, 8
 KINDS = {LIMIT: "limit", STEP: "step", ACCEL: "accel", NONFINITE: "nonfinite"}
@@ -102,7 +107,7 @@ class SafetyEnvelope:
         self.counts["refused_chunks"] += 1
         self.events.emit(logging.WARNING, "safety: chunk refused: %s", reason)
 
-    def apply(self, requested: np.ndarray, present: np.ndarray) -> np.ndarray:
+    def apply(self, requested: np.ndarray, present: np.ndarray) -> Goal:
         """The goal to write for this tick: ``requested`` inside the envelope."""
         if self._prev_goal is None:
             self.reset(present)
@@ -130,12 +135,23 @@ class SafetyEnvelope:
         if bits.any():
             self._report(bits, req, final, present)
         self._active[:] = bits
-        return final
+        return Goal(final)
 
     def hold(self, goal: np.ndarray) -> None:
         """The loop holds ``goal`` (no motion): the next step starts from zero velocity."""
         self._prev_goal = np.array(goal, dtype=np.float64)
         self._prev_step[:] = 0.0
+
+    def hold_goal(self, goal: np.ndarray, present: np.ndarray) -> Goal:
+        """``goal`` to hold (a stop, a stall, an e-stop): inside the limits and within ``max_step`` of
+        the present position, a non-finite value replaced by the present one; no ramp (a hold stops
+        now). The next motion starts from it at rest."""
+        held = np.array(goal, dtype=np.float64)
+        bad = ~np.isfinite(held)
+        held[bad] = present[bad]
+        held = np.clip(np.clip(held, self.lo, self.hi), present - self.max_step, present + self.max_step)
+        self.hold(held)
+        return Goal(held)
 
     def _report(self, bits: np.ndarray, req: np.ndarray, goal: np.ndarray, present: np.ndarray) -> None:
         for bit, kind in KINDS.items():

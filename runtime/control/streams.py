@@ -2,8 +2,8 @@
 
 A receiver thread connects one SUB socket per configured stream (see :mod:`runtime.protocol.stream`
 for the wire format), checks each part against the policy input it fills and keeps only the newest.
-The control tick reads the newest part of each stream without locking or waiting (a one-slot
-handoff: the receiver replaces a reference, the loop reads it) and ages it on CLOCK_MONOTONIC.
+The control tick peeks at the newest part of each stream without locking or waiting (one
+:class:`~runtime.control.handoff.Latest` per stream) and ages it on CLOCK_MONOTONIC.
 A part that does not fit its input is dropped, counted and logged once per stream.
 """
 
@@ -21,6 +21,7 @@ import zmq
 
 from runtime.bundle.manifest import TensorSpec
 from runtime.control.config import StreamConfig
+from runtime.control.handoff import Latest
 from runtime.errors import ConfigError
 from runtime.protocol.errors import BadRequestError
 from runtime.protocol.stream import StreamPart, decode_part
@@ -49,7 +50,7 @@ class ObservationStreams:
         self.configs = {s.input: s for s in streams}
         self.specs = {s.input: by_name[s.input] for s in streams}
         self.endpoints = {s.input: resolve_endpoint(s.endpoint, runtime_directory) for s in streams}
-        self._latest: dict[str, StreamPart | None] = dict.fromkeys(self.configs)
+        self._latest: dict[str, Latest[StreamPart]] = {name: Latest() for name in self.configs}
         self.received = dict.fromkeys(self.configs, 0)
         self.refused = dict.fromkeys(self.configs, 0)
         self._warned: set[str] = set()
@@ -87,13 +88,13 @@ class ObservationStreams:
             self._context = None
 
     def latest(self, name: str) -> StreamPart | None:
-        return self._latest[name]
+        return self._latest[name].peek()
 
     def stale(self, now: float) -> list[tuple[str, float | None]]:
         """Streams whose newest part is older than allowed: (name, age in ms, None if nothing came yet)."""
         out: list[tuple[str, float | None]] = []
         for name, cfg in self.configs.items():
-            part = self._latest[name]
+            part = self._latest[name].peek()
             if part is None:
                 out.append((name, None))
                 continue
@@ -134,7 +135,7 @@ class ObservationStreams:
                     log.error("observation stream %s: part refused (further ones counted): %s", name, e.message)
                 continue
             self.received[part.name] += 1
-            self._latest[part.name] = part
+            self._latest[part.name].put(part)
 
     def _check(self, part: StreamPart) -> None:
         spec = self.specs.get(part.name)

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from runtime.control.loop import ControlLoop, ControlRefused
+from runtime.control.latch import ControlRefused
+from runtime.control.loop import ControlLoop
+from runtime.control.mode import Mode
 from runtime.protocol.errors import BadRequestError, ControlRefusedError, NoSessionError, SessionHeldError
 from runtime.protocol.messages import TeleopRequest
 from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
@@ -49,7 +51,7 @@ class TeleopControl:
             lost.who,
             self.sessions.timeout_s * 1e3,
         )
-        if self.loop.mode == "teleop":
+        if self.loop.snapshot().mode is Mode.TELEOP:
             self.loop.request("stop", f"{lost.who} (session lost)")
 
     def handle(self, request: TeleopRequest, client: str) -> dict[str, Any]:
@@ -78,7 +80,7 @@ class TeleopControl:
                 "rate_hz": loop.rate_hz,
                 "deadman_ms": loop.teleop.config.deadman_ms,
                 "session_timeout_ms": self.sessions.timeout_s * 1e3,
-                "mode": loop.mode,
+                "mode": loop.snapshot().mode.value,
             }
         try:
             session = self.sessions.check(request.session, now)
@@ -114,9 +116,9 @@ class TeleopControl:
             self.sessions.close(request.session, now)
             loop.teleop.clear()
             loop.events.emit(logging.INFO, "teleop: session of %s closed", who)
-            if loop.mode == "teleop":
+            if loop.snapshot().mode is Mode.TELEOP:
                 loop.request("stop", f"{who} (session closed)")
-        return {"accepted": True, "mode": loop.mode}
+        return {"accepted": True, "mode": loop.snapshot().mode.value}
 
     def _command(self, command: str, who: str, request: TeleopRequest) -> None:
         try:
@@ -127,16 +129,17 @@ class TeleopControl:
 
     def _state(self, accepted: bool, seq: int, now: float) -> dict[str, Any]:
         loop = self.loop
-        ticker = loop.ticker
+        snap = loop.snapshot()
         return {
             # when the loop reads the slot next: the station times its leader reads to land just before
-            "next_tick_ms": round(max(0.0, ticker.deadline(ticker.tick + 1) - now) * 1e3, 3),
+            # (modulo the period: the tick after the one published may be running already)
+            "next_tick_ms": round(((snap.next_due - now) % loop.period) * 1e3, 3),
             "seq": seq,
             "accepted": accepted,
-            "mode": loop.mode,
-            "phase": loop.teleop.phase if loop.mode == "teleop" else "",
+            "mode": snap.mode.value,
+            "phase": snap.teleop_phase,
             "estop": loop.estop_reason or "",
-            "clamps": sum(loop.envelope.counts.values()),
+            "clamps": sum(snap.safety.values()),
             "recording": loop.episodes is not None and loop.episodes.active,
         }
 

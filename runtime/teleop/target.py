@@ -1,9 +1,9 @@
 """The teleop goal source: the newest leader pose, handed from the I/O thread to the control loop,
 and the hand-over that keeps the follower from jumping to it.
 
-The I/O thread replaces one slot (a tuple assignment, atomic under the GIL); the loop reads the slot
-each tick and never waits. Targets arriving out of order (an older ``seq`` than the newest) are
-dropped and counted.
+The I/O thread puts each target into a one-slot handoff (:class:`~runtime.control.handoff.Latest`);
+the loop peeks at the newest each tick and never waits. Targets arriving out of order (an older
+``seq`` than the newest) are dropped and counted.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime.control.handoff import Latest
 from runtime.teleop.config import TeleopConfig
 
 
@@ -34,7 +35,7 @@ class TeleopTarget:
         self.config = config
         self.deadman_s = config.deadman_ms / 1e3
         self._step = config.handover_speed_deg_s * period_s
-        self._slot: Target | None = None
+        self._slot: Latest[Target] = Latest()
         self.out_of_order = 0
         self.received = 0
         self.phase = "tracking"
@@ -44,23 +45,23 @@ class TeleopTarget:
 
     def put(self, seq: int, positions: np.ndarray, now: float) -> bool:
         """Store a target; False (and counted) when it is older than the newest one."""
-        last = self._slot
+        last = self._slot.peek()
         if last is not None and seq <= last.seq:
             self.out_of_order += 1
             return False
-        self._slot = Target(seq, positions, now)
+        self._slot.put(Target(seq, positions, now))
         self.received += 1
         return True
 
     def clear(self) -> None:
         """Forget the stored target (a new session starts from nothing)."""
-        self._slot = None
+        self._slot.clear()
 
     # --- the loop ---------------------------------------------------------------------------
 
     def fresh(self, now: float) -> Target | None:
         """The newest target if it is younger than ``deadman_ms``, else None."""
-        target = self._slot
+        target = self._slot.peek()
         if target is None or now - target.received_at > self.deadman_s:
             return None
         return target

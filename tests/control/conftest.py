@@ -160,6 +160,24 @@ def build_loop(
     return loop, streams
 
 
+@pytest.fixture
+def run(sim_arm: SimArm, calibration: Calibration, manifest: Manifest, camera: Camera) -> Iterator[Any]:
+    """``run(inference, **config)``: a started loop on the simulated arm with the camera stream fresh."""
+    made: list[tuple[ControlLoop, ObservationStreams]] = []
+
+    def make(inference: Any, manifest: Manifest = manifest, **kw: Any) -> ControlLoop:
+        loop, streams = build_loop(sim_arm, calibration, manifest, inference, camera, **kw)
+        made.append((loop, streams))
+        loop.start()
+        wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
+        return loop
+
+    yield make
+    for loop, streams in made:
+        loop.shutdown()
+        streams.stop()
+
+
 @contextmanager
 def running_daemon(config: Any) -> Iterator[Any]:
     """The daemon in this process: started, fed camera frames, its main loop on a thread; shut down after."""

@@ -63,7 +63,7 @@ def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: 
         assert moved.max() > 20  # the demo policy drives the simulated joints (ticks)
 
         latch = client.control("estop", reason="operator test")["estop"]["latch"]
-        wait_for(lambda: daemon.loop.mode == "estopped", what="e-stop")
+        wait_for(lambda: daemon.loop.snapshot().mode == "estopped", what="e-stop")
         with pytest.raises(ControlRefusedError, match="e-stop is latched"):
             client.control("start")
         assert client.control("status")["estop"] == {"latched": True, "reason": "operator test", "latch": latch}
@@ -75,12 +75,12 @@ def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: 
         assert stale.value.field == "body.latch"
         assert (stale.value.expected, stale.value.received) == (str(again["latch"]), str(latch))
         assert f"names e-stop latch {latch}, but the latch now is {again['latch']} (pressed again)" in str(stale.value)
-        wait_for(lambda: daemon.loop.latch is not None and daemon.loop.latch.id == again["latch"], what="latch 2")
-        assert daemon.loop.mode == "estopped"
+        wait_for(lambda: getattr(daemon.loop.snapshot().latch, "id", 0) == again["latch"], what="latch 2")
+        assert daemon.loop.snapshot().mode == "estopped"
         # the CLI releases the latch that status shows, in one command
         assert main(["control", "release", "--who", "test", "--connect", f"ipc://{short_dir}/policy.sock"]) == 0
         assert f"releasing e-stop latch {again['latch']} (pressed again)" in capsys.readouterr().out
-        wait_for(lambda: daemon.loop.mode == "holding", what="release")
+        wait_for(lambda: daemon.loop.snapshot().mode == "holding", what="release")
         assert client.control("status")["estop"] == {"latched": False, "reason": "", "latch": 0}
         client.control("dump")
     wait_for(lambda: any((short_dir / "state").glob("flight-*requested*.npz")), what="the requested recording")

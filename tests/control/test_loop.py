@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from drivers.sim.servo import FEETECH_OVERLOAD
-from runtime.control.loop import ControlLoop, ControlRefused, StaleLatch
+from runtime.control.latch import ControlRefused, StaleLatch
+from runtime.control.loop import ControlLoop
 
 from .conftest import ScriptedInference, build_loop, received_goals, wait_for
 
@@ -34,27 +35,10 @@ def offset(**by_joint: float) -> np.ndarray:
     return np.array([by_joint.get(n, 0.0) for n in names], dtype=np.float32)
 
 
-@pytest.fixture
-def run(sim_arm, calibration, manifest, camera):
-    made = []
-
-    def make(inference, manifest=manifest, **kw):
-        loop, streams = build_loop(sim_arm, calibration, manifest, inference, camera, **kw)
-        made.append((loop, streams))
-        loop.start()
-        wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
-        return loop
-
-    yield make
-    for loop, streams in made:
-        loop.shutdown()
-        streams.stop()
-
-
 def start(loop) -> None:
     loop.check("start")
     loop.request("start", "test")
-    wait_for(lambda: loop.mode == "running", what="running")
+    wait_for(lambda: loop.snapshot().mode == "running", what="running")
 
 
 def test_chunks_drive_the_servos_and_the_queue_refills_before_it_empties(run, sim_arm, calibration):
@@ -64,13 +48,13 @@ def test_chunks_drive_the_servos_and_the_queue_refills_before_it_empties(run, si
     loop = run(inference, n_action_steps=40)
     start0 = sim_arm.simulator.servo(1).position
     start(loop)
-    wait_for(lambda: loop.counters["chunks"] >= 4, timeout=8, what="four chunks")
+    wait_for(lambda: loop.snapshot().counters["chunks"] >= 4, timeout=8, what="four chunks")
     pan = calibration.joints["shoulder_pan"]
     moved = pan.to_user(round(sim_arm.simulator.servo(1).position)) - pan.to_user(round(start0))
     assert moved == pytest.approx(12, abs=1.0)
     # The next chunk is asked for at half the 40 steps: the queue never ran dry after the first chunk.
-    assert loop.counters["starved"] == 0
-    assert loop.queue.dropped >= 1  # actions for ticks that passed during inference were dropped
+    assert loop.snapshot().counters["starved"] == 0
+    assert loop.snapshot().dropped_actions >= 1  # actions for ticks that passed during inference were dropped
     assert inference.calls >= 4
 
 
@@ -79,7 +63,7 @@ def test_soft_limits_hold_whatever_the_policy_asks(run, sim_arm, calibration):
     loop = run(inference, soft_limits={"shoulder_pan": (-10.0, 10.0)})
     t0 = time.monotonic()
     start(loop)
-    wait_for(lambda: loop.envelope.counts["limit"] > 5, what="limit clamps")
+    wait_for(lambda: loop.snapshot().safety["limit"] > 5, what="limit clamps")
     time.sleep(0.3)
     times, goals = received_goals(sim_arm, calibration)
     pan = goals[times > t0, 0]
@@ -98,7 +82,7 @@ def test_velocity_and_acceleration_bounds_shape_a_jump(run, sim_arm, calibration
     assert chunk_inference is not None
     t0 = time.monotonic()
     start(loop)
-    wait_for(lambda: loop.counters["chunks"] >= 1, what="the chunk")
+    wait_for(lambda: loop.snapshot().counters["chunks"] >= 1, what="the chunk")
     time.sleep(1.2)
     times, goals = received_goals(sim_arm, calibration)
     elbow = goals[times > t0, 2]
@@ -122,7 +106,7 @@ def test_a_chunk_with_nan_anywhere_is_refused_whole(run, sim_arm, calibration):
     loop = run(ScriptedInference(chunk), n_action_steps=20)
     t0 = time.monotonic()
     start(loop)
-    wait_for(lambda: loop.envelope.counts["refused_chunks"] >= 1, what="the refusal")
+    wait_for(lambda: loop.snapshot().safety["refused_chunks"] >= 1, what="the refusal")
     time.sleep(0.5)
     times, goals = received_goals(sim_arm, calibration)
     pan = goals[times > t0, 0]
@@ -138,7 +122,7 @@ def test_a_chunk_starting_far_from_the_arm_is_refused(run, sim_arm, calibration)
     before = sim_arm.simulator.servo(3).goal
     t0 = time.monotonic()
     start(loop)
-    wait_for(lambda: loop.envelope.counts["refused_chunks"] >= 2, what="refusals")
+    wait_for(lambda: loop.snapshot().safety["refused_chunks"] >= 2, what="refusals")
     times, goals = received_goals(sim_arm, calibration)
     elbow = goals[times > t0, 2]
     assert np.all(np.abs(elbow - calibration.joints["elbow_flex"].to_user(before)) < 0.1)
@@ -150,9 +134,9 @@ def test_starvation_holds_the_last_goal_then_rests_slowly(run, sim_arm, calibrat
         inference, n_action_steps=20, stall_timeout_s=0.5, rest_pose={"shoulder_pan": 0.0}, rest_speed_deg_s=20.0
     )
     start(loop)
-    wait_for(lambda: loop.counters["starved"] > 0, what="starvation")
+    wait_for(lambda: loop.snapshot().counters["starved"] > 0, what="starvation")
     t_starved = time.monotonic()
-    wait_for(lambda: loop.mode == "holding", timeout=5, what="rest pose reached")
+    wait_for(lambda: loop.snapshot().mode == "holding", timeout=5, what="rest pose reached")
     times, goals = received_goals(sim_arm, calibration)
     after = times > t_starved
     pan, t = goals[after, 0], times[after]
@@ -161,7 +145,7 @@ def test_starvation_holds_the_last_goal_then_rests_slowly(run, sim_arm, calibrat
     moving = np.diff(pan[~held])
     assert pan[-1] == pytest.approx(0.0, abs=0.1)  # went to the rest pose
     assert np.abs(moving).max() <= 20.0 / 50 + 0.1  # at the rest speed, per tick
-    assert loop.counters["stall_actions"] == 1
+    assert loop.snapshot().counters["stall_actions"] == 1
     assert loop.dump_requests and "stall rest" in loop.dump_requests[-1]
 
 
@@ -190,11 +174,11 @@ def test_rest_goals_pass_the_envelope_however_fast_the_rest_speed(path, sim_arm,
     try:
         wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
         start(loop)
-        wait_for(lambda: loop.counters["starved"] > 0, what="the chunk executed")
+        wait_for(lambda: loop.snapshot().counters["starved"] > 0, what="the chunk executed")
         t_rest = time.monotonic()
         if path == "stall":
-            wait_for(lambda: loop.counters["stall_actions"] == 1, what="the stall action")
-            wait_for(lambda: loop.mode == "holding", what="the rest pose reached")
+            wait_for(lambda: loop.snapshot().counters["stall_actions"] == 1, what="the stall action")
+            wait_for(lambda: loop.snapshot().mode == "holding", what="the rest pose reached")
         assert loop.shutdown()
     finally:
         streams.stop()
@@ -218,18 +202,18 @@ def test_a_blocked_joint_rests_no_further_than_max_step_from_where_it_is(run, si
         rest_speed_deg_s=60.0,
     )
     start(loop)
-    wait_for(lambda: loop.counters["starved"] > 0, what="the chunk executed")
+    wait_for(lambda: loop.snapshot().counters["starved"] > 0, what="the chunk executed")
     pan_servo = sim_arm.simulator.servo(calibration.joints["shoulder_pan"].id)
     pan_servo.speed = 0.0  # something holds the joint: its present position stays
     blocked_at = calibration.joints["shoulder_pan"].to_user(round(pan_servo.position))
     t_blocked = time.monotonic()
-    wait_for(lambda: loop.mode == "resting", what="the stall action")
+    wait_for(lambda: loop.snapshot().mode == "resting", what="the stall action")
     elbow = calibration.joints["elbow_flex"]
     wait_for(lambda: abs(loop.status()["arm"]["positions"]["elbow_flex"] - 10.0) < 0.2, what="the elbow at rest")
     time.sleep(0.3)
     times, goals = received_goals(sim_arm, calibration)
     pan = goals[times > t_blocked, 0]
-    assert loop.mode == "resting"  # the pan never gets there
+    assert loop.snapshot().mode == "resting"  # the pan never gets there
     assert np.abs(pan - blocked_at).max() <= max_step + 2 * RES
     assert pan.min() < blocked_at - 1.0  # it does push toward the rest pose, within the bound
     assert elbow.to_user(sim_arm.simulator.servo(elbow.id).goal) == pytest.approx(10.0, abs=0.1)
@@ -240,10 +224,10 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_lift=30, wrist_roll=-30), steps=80))
     loop = run(inference, rate_hz=rate, max_step_deg=10.0)
     start(loop)
-    wait_for(lambda: loop.counters["chunks"] >= 1 and loop.counters["writes"] > 10, what="motion")
+    wait_for(lambda: loop.snapshot().counters["chunks"] >= 1 and loop.snapshot().counters["writes"] > 10, what="motion")
     t_req = time.monotonic()
     latch = loop.request_estop("test e-stop").id
-    wait_for(lambda: loop.mode == "estopped", what="e-stop")
+    wait_for(lambda: loop.snapshot().mode == "estopped", what="e-stop")
     time.sleep(0.3)
     times, _goals = received_goals(sim_arm, calibration)
     after = times > t_req
@@ -255,7 +239,7 @@ def test_estop_is_effective_within_one_tick_and_latched(run, sim_arm, calibratio
     with pytest.raises(ControlRefused, match="e-stop is latched"):
         loop.check("start")
     loop.request("release", "test", latch)
-    wait_for(lambda: loop.mode == "holding", what="release")
+    wait_for(lambda: loop.snapshot().mode == "holding", what="release")
     assert loop.estop_reason is None
 
 
@@ -265,18 +249,18 @@ def test_an_estop_after_a_queued_release_wins(run):
     loop = run(ScriptedInference(lambda n, s: None), rate_hz=5.0)  # 200 ms between ticks
     start(loop)
     first = loop.request_estop("first press").id
-    wait_for(lambda: loop.mode == "estopped", what="e-stop")
+    wait_for(lambda: loop.snapshot().mode == "estopped", what="e-stop")
     assert loop.status()["estop"] == {"latched": True, "reason": "first press", "latch": first}
-    ticks = loop.counters["ticks"]
-    wait_for(lambda: loop.counters["ticks"] > ticks, what="a tick")  # the next one is 200 ms away
+    ticks = loop.snapshot().counters["ticks"]
+    wait_for(lambda: loop.snapshot().counters["ticks"] > ticks, what="a tick")  # the next one is 200 ms away
     loop.check("release", first)
     loop.request("release", "operator", first)
     second = loop.request_estop("second press").id
     assert second != first
     assert loop.status()["estop"] == {"latched": True, "reason": "second press", "latch": second}
-    ticks = loop.counters["ticks"]
-    wait_for(lambda: loop.counters["ticks"] >= ticks + 2, what="two ticks")
-    assert loop.mode == "estopped"
+    ticks = loop.snapshot().counters["ticks"]
+    wait_for(lambda: loop.snapshot().counters["ticks"] >= ticks + 2, what="two ticks")
+    assert loop.snapshot().mode == "estopped"
     assert loop.status()["estop"] == {"latched": True, "reason": "second press", "latch": second}
     texts = [e.text() for e in loop.events.drain()]
     refusal = f"names e-stop latch {first}, but the latch now is {second} (second press)"
@@ -288,7 +272,7 @@ def test_an_estop_after_a_queued_release_wins(run):
         loop.check("start")
     loop.check("release", second)
     loop.request("release", "operator", second)
-    wait_for(lambda: loop.mode == "holding", what="release")
+    wait_for(lambda: loop.snapshot().mode == "holding", what="release")
     assert loop.status()["estop"] == {"latched": False, "reason": "", "latch": 0}
     with pytest.raises(ControlRefused, match="no e-stop is latched"):
         loop.check("release", second)
@@ -298,9 +282,9 @@ def test_a_servo_fault_latches_the_estop_naming_the_joint(run, sim_arm, calibrat
     inference = ScriptedInference(lambda n, s: ramp(s, s + offset(shoulder_pan=20), steps=100))
     loop = run(inference)
     start(loop)
-    wait_for(lambda: loop.counters["writes"] > 5, what="motion")
+    wait_for(lambda: loop.snapshot().counters["writes"] > 5, what="motion")
     sim_arm.simulator.faults(3).error_bits = FEETECH_OVERLOAD
-    wait_for(lambda: loop.mode == "estopped", what="the fault latch")
+    wait_for(lambda: loop.snapshot().mode == "estopped", what="the fault latch")
     assert "elbow_flex" in (loop.estop_reason or "")
     t_latched = time.monotonic()
     time.sleep(0.3)
@@ -315,7 +299,7 @@ def test_a_stale_camera_stops_new_chunks_and_holds_naming_the_stream(run, sim_ar
     inference = ScriptedInference(lambda n, s: ramp(s, s + offset(wrist_flex=10), steps=50))
     loop = run(inference, max_age_ms=150, stall_timeout_s=5.0)
     start(loop)
-    wait_for(lambda: loop.counters["chunks"] >= 1, what="a chunk")
+    wait_for(lambda: loop.snapshot().counters["chunks"] >= 1, what="a chunk")
     camera.pause()
     wait_for(lambda: loop.status()["stale_streams"] == ["observation.images.front"], what="stale")
     calls = inference.calls
@@ -334,9 +318,9 @@ def test_inference_failure_holds_and_is_counted(run):
     inference.error = "inference failed (OpenVINO: boom)"
     loop = run(inference)
     start(loop)
-    wait_for(lambda: loop.counters["inference_failures"] >= 2, what="failures")
+    wait_for(lambda: loop.snapshot().counters["inference_failures"] >= 2, what="failures")
     assert any("OpenVINO: boom" in e.text() for e in loop.events.drain() if e.level >= logging.ERROR)
-    assert loop.counters["chunks"] == 0
+    assert loop.snapshot().counters["chunks"] == 0
 
 
 def test_shutdown_stops_motion_holds_then_turns_torque_off(sim_arm, calibration, manifest, camera):
@@ -346,7 +330,7 @@ def test_shutdown_stops_motion_holds_then_turns_torque_off(sim_arm, calibration,
     try:
         wait_for(lambda: not streams.stale(time.monotonic()), what="frames")
         start(loop)
-        wait_for(lambda: loop.counters["writes"] > 10, what="motion")
+        wait_for(lambda: loop.snapshot().counters["writes"] > 10, what="motion")
         t_stop = time.monotonic()
         assert loop.shutdown()
     finally:
@@ -369,11 +353,11 @@ def test_the_loop_thread_runs_on_the_control_cpu(sim_arm, calibration, manifest,
     loop.cpu = cpus[-1]
     loop.start()
     try:
-        wait_for(lambda: loop.counters["ticks"] > 20, what="ticks")
+        wait_for(lambda: loop.snapshot().counters["ticks"] > 20, what="ticks")
     finally:
         loop.shutdown()
         streams.stop()
-    assert set(loop.cpu_seen) == {cpus[-1]}
+    assert set(loop.snapshot().cpu_seen) == {cpus[-1]}
 
 
 def test_status_can_be_read_while_the_loop_ticks_on_a_new_cpu(run, monkeypatch):
@@ -388,14 +372,14 @@ def test_status_can_be_read_while_the_loop_ticks_on_a_new_cpu(run, monkeypatch):
             # status() formats the CPUs it reports: the first time, let the loop tick twice meanwhile
             if ticking and not first.is_set():
                 first.set()
-                ticks = ticking[0].counters["ticks"]
-                wait_for(lambda: ticking[0].counters["ticks"] >= ticks + 2, what="two more ticks")
+                ticks = ticking[0].snapshot().counters["ticks"]
+                wait_for(lambda: ticking[0].snapshot().counters["ticks"] >= ticks + 2, what="two more ticks")
             return int.__str__(self)
 
     cpus = itertools.count(1000)
     monkeypatch.setattr(loop_module, "current_cpu", lambda: Cpu(next(cpus)))  # every tick on a new CPU
     loop = run(ScriptedInference(lambda n, s: None))
-    wait_for(lambda: loop.counters["ticks"] >= 3, what="ticks")
+    wait_for(lambda: loop.snapshot().counters["ticks"] >= 3, what="ticks")
     ticking.append(loop)
     seen = loop.status()["cpus_seen"]
     assert first.is_set()
@@ -410,7 +394,7 @@ def test_each_run_starts_a_new_observation_history(run):
     start(loop)
     wait_for(lambda: inference.calls >= 3, what="three requests")
     loop.request("stop", "test")
-    wait_for(lambda: loop.mode == "holding", what="holding")
+    wait_for(lambda: loop.snapshot().mode == "holding", what="holding")
     first_of_second_run = inference.calls + 1
     start(loop)
     wait_for(lambda: inference.calls >= first_of_second_run + 2, what="requests of the second run")
@@ -435,9 +419,9 @@ def test_a_policy_with_history_sees_every_running_tick(run, manifest):
     start(loop)
     wait_for(lambda: inference.calls >= 3, what="three requests")
     loop.request("stop", "test")
-    wait_for(lambda: loop.mode == "holding", what="holding")
+    wait_for(lambda: loop.snapshot().mode == "holding", what="holding")
     between = [calls for calls, _ in inference.observed]
     assert between.count(1) >= 3 and between.count(2) >= 3  # frames between the asks, every tick
     assert inference.resets == [1]  # the run's first observation (an ask) started the history
     assert not any(reset for _, reset in inference.observed)
-    assert loop.counters["observations"] == len(inference.observed)
+    assert loop.snapshot().counters["observations"] == len(inference.observed)

@@ -14,7 +14,7 @@ from runtime.control.actions import ActionQueue
 from runtime.control.config import SafetyConfig
 from runtime.control.events import EventLog
 from runtime.control.recorder import FlightRecorder, load_flight
-from runtime.control.replay import draw, summarize
+from runtime.control.replay import draw, format_summary, summarize
 from runtime.control.safety import SafetyEnvelope
 from runtime.errors import ConfigError
 from runtime.protocol.errors import BadRequestError
@@ -181,7 +181,10 @@ def test_recorder_dump_replay_and_drawing(tmp_path: Path):
         goal = present + 0.5
         clamps = np.zeros(6, np.int8)
         clamps[1] = 2 if k == 40 else 0
-        rec.record(k / 30, k, 1 if k < 42 else 2, present, goal, goal, clamps, 10, 1.0, 0.01 * k)
+        # from tick 42 (holding) nothing is written: no write time, no period error
+        write_ms = 2.0 if k < 42 else np.nan
+        write_err = (-1.0 if k % 2 else 6.0) if 0 < k < 42 else np.nan
+        rec.record(k / 30, k, 1 if k < 42 else 2, present, goal, goal, clamps, 10, 1.0, 0.01 * k, write_ms, write_err)
     path = rec.dump(tmp_path, "e-stop: test")
     meta, arrays = load_flight(path)
     assert meta["joints"] == list(JOINTS) and meta["reason"] == "e-stop: test"
@@ -190,6 +193,11 @@ def test_recorder_dump_replay_and_drawing(tmp_path: Path):
     assert summary["ticks"] == 30
     assert [m["mode"] for m in summary["modes"]] == ["running", "holding"]
     assert summary["joints"]["shoulder_lift"]["interventions"] == {"step": 1}
+    writes = summary["write_period_error_ms"]  # ticks 15..41 wrote: 27 periods, 13 of them 6 ms off
+    assert writes["periods"] == 27 and writes["off_5ms"] == 13 and writes["max"] == 6.0
+    assert "write period error ms: p50 1.000, p99 6.000, max 6.000 (27 periods, 13 more than 5 ms off)" in (
+        format_summary(summary)
+    )
     png = draw(path, tmp_path / "flight.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 

@@ -243,3 +243,30 @@ def test_rest_target_uses_the_rest_pose_inside_the_limits():
     target = env.rest_target(np.array([5, -70, 60]))  # present positions may come as integers
     # a: rest pose clipped to its soft limit; b: where it is, clipped into its range; gripper: rest pose
     assert list(target) == [45.0, -50.0, 30.5]
+
+
+class TestHoldGoals:
+    """A hold (stop, stall, e-stop) passes the envelope too: limits and the velocity bound, no ramp."""
+
+    def test_a_hold_at_the_present_pose_inside_the_limits_is_written_as_it_is(self):
+        env = make()
+        present = np.array([10.0, -20.0, 50.0])
+        assert list(env.hold_goal(present, present)) == [10.0, -20.0, 50.0]
+
+    def test_a_hold_stops_at_once_however_fast_the_arm_was_moving(self):
+        env = make()
+        present = np.zeros(3)
+        for _ in range(4):  # ramp up: the step grows by max_step_change each tick
+            present = env.apply(present + 4.0, present)
+        held = env.hold_goal(present, present)
+        assert list(held) == list(present)  # no ramp down, unlike apply
+        moved = env.apply(present + 4.0, present)  # the next motion starts from rest
+        assert list(moved - present) == pytest.approx([1.0, 1.0, 3.0])  # max step change (gripper: 3 %)
+
+    def test_a_hold_outside_the_limits_or_far_from_the_arm_is_brought_in(self):
+        env = make()
+        present = np.array([89.0, 0.0, 50.0])
+        held = env.hold_goal(np.array([120.0, 9.0, np.nan]), present)
+        # a: inside the limit (90); b: within max_step (4) of the present pose; gripper: NaN holds present
+        assert list(held) == [90.0, 4.0, 50.0]
+        assert not texts(env)  # not a policy's intervention: nothing is reported

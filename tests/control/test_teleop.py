@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,9 +69,22 @@ def leader(calibration: Calibration) -> Iterator[SimLeader]:
     sim.close()
 
 
+class SerialClient(PolicyClient):
+    """The station's target stream (its own thread) and the test's keys share one client: a ZeroMQ
+    socket is not thread-safe, so one call at a time, as one station thread would make them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._one_call = threading.Lock()
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        with self._one_call:
+            return super()._call(*args, **kwargs)
+
+
 @pytest.fixture
 def client(short_dir: Path) -> Iterator[PolicyClient]:
-    with PolicyClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as c:
+    with SerialClient(f"ipc://{short_dir}/policy.sock", timeout_s=5) as c:
         yield c
 
 
@@ -100,8 +114,8 @@ def follower(daemon: Daemon) -> tuple[np.ndarray, np.ndarray]:
 
 
 def present(daemon: Daemon) -> np.ndarray:
-    assert daemon.loop is not None and daemon.loop.present is not None
-    return daemon.loop.present.copy()
+    assert daemon.loop is not None and daemon.loop.snapshot().present is not None
+    return daemon.loop.snapshot().present.copy()
 
 
 def names(daemon: Daemon) -> tuple[str, ...]:
@@ -115,7 +129,7 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
     loop = daemon.loop
     assert loop is not None
     client.control("start", who="test")
-    wait_for(lambda: loop.counters["chunks"] >= 2, timeout=20, what="the policy driving")
+    wait_for(lambda: loop.snapshot().counters["chunks"] >= 2, timeout=20, what="the policy driving")
     joints = names(daemon)
     # The operator's leader is far from the follower: a jump would be 25 degrees at once.
     far = present(daemon) + np.array([25.0, -20.0, 15.0, 0.0, 0.0, 0.0])
@@ -129,8 +143,8 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         time.sleep(0.3)  # policy frames in the episode
         n_before = len(follower(daemon)[0])
         station.key("t")
-        wait_for(lambda: loop.mode == "teleop", what="teleop")
-        wait_for(lambda: loop.teleop.phase == "tracking", timeout=20, what="hand-over done")
+        wait_for(lambda: loop.snapshot().mode == "teleop", what="teleop")
+        wait_for(lambda: loop.snapshot().teleop_phase == "tracking", timeout=20, what="hand-over done")
         time.sleep(0.2)
         _, goals = follower(daemon)
         handover = goals[n_before:]
@@ -138,7 +152,7 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         # at most handover_speed_deg_s per tick on every joint (plus a servo tick of rounding): no jump
         assert steps.max() <= HANDOVER_DEG_S / RATE_HZ + QUANTUM, steps
         np.testing.assert_allclose(goals[-1], far, atol=2 * QUANTUM)
-        assert loop.counters["takeovers"] == 1
+        assert loop.snapshot().counters["takeovers"] == 1
 
         # drive: the follower tracks the leader
         target = far + np.array([-5.0, 5.0, 0.0, 3.0, 0.0, 0.0])
@@ -148,8 +162,8 @@ def test_take_over_from_a_running_policy_drive_hand_back_and_the_episode_loads_b
         # hand back: the policy's first chunk comes from the present pose, no jump either
         n_back = len(follower(daemon)[0])
         station.key("h")
-        wait_for(lambda: loop.mode == "running", what="policy again")
-        wait_for(lambda: loop.counters["chunks"] >= 4, timeout=20, what="a chunk after hand-back")
+        wait_for(lambda: loop.snapshot().mode == "running", what="policy again")
+        wait_for(lambda: loop.snapshot().counters["chunks"] >= 4, timeout=20, what="a chunk after hand-back")
         time.sleep(0.3)
         after = follower(daemon)[1][n_back - 1 :]
         assert np.abs(np.diff(after, axis=0)).max() <= loop.config.safety.max_step_deg + QUANTUM
@@ -221,13 +235,13 @@ def test_deadman_holds_then_the_stall_policy_and_a_lost_session_returns_to_hold(
     stream = Streaming(station)
     try:
         station.key("t")
-        wait_for(lambda: loop.mode == "teleop" and loop.teleop.phase == "tracking", timeout=15, what="tracking")
+        wait_for(lambda: loop.snapshot().teleop_phase == "tracking", timeout=15, what="tracking")
         joints = names(daemon)
-        deadman0 = loop.counters["deadman_ticks"]
+        deadman0 = loop.snapshot().counters["deadman_ticks"]
         stream.paused.set()  # the link dies while the operator keeps moving the leader
         stopped_at = time.monotonic()
         leader.move_to(dict(zip(joints, base + 10.0, strict=True)))
-        wait_for(lambda: loop.counters["deadman_ticks"] > deadman0, what="the deadman")
+        wait_for(lambda: loop.snapshot().counters["deadman_ticks"] > deadman0, what="the deadman")
         held_at = len(follower(daemon)[0])
         time.sleep(0.4)
         times, goals = follower(daemon)
@@ -235,10 +249,10 @@ def test_deadman_holds_then_the_stall_policy_and_a_lost_session_returns_to_hold(
         assert len(held) >= 5 and np.ptp(held, axis=0).max() == 0  # one goal, held
         assert np.abs(held[-1] - base).max() <= 2 * QUANTUM  # where the last target put it
         assert times[held_at] - stopped_at < (DEADMAN_MS / 1e3) + 3 / RATE_HZ + 0.2
-        wait_for(lambda: loop.counters["stall_actions"] == 1, timeout=3, what="the stall policy")
-        assert loop.mode == "teleop"  # stall_action = hold: still held, the session still open
+        wait_for(lambda: loop.snapshot().counters["stall_actions"] == 1, timeout=3, what="the stall policy")
+        assert loop.snapshot().mode == "teleop"  # stall_action = hold: still held, the session still open
         # the session itself is lost after session_timeout_ms of silence: the arm goes to hold
-        wait_for(lambda: loop.mode == "holding", timeout=5, what="hold after the session was lost")
+        wait_for(lambda: loop.snapshot().mode == "holding", timeout=5, what="hold after the session was lost")
         with pytest.raises(NoSessionError):
             client.teleop("take_over", session=station.session)
     finally:
@@ -254,16 +268,16 @@ def test_estop_from_the_station_latches(daemon: Daemon, leader: SimLeader, clien
     stream = Streaming(station)
     try:
         station.key("t")
-        wait_for(lambda: loop.mode == "teleop", what="teleop")
+        wait_for(lambda: loop.snapshot().mode == "teleop", what="teleop")
         station.key("e")
-        wait_for(lambda: loop.mode == "estopped", what="e-stop")
+        wait_for(lambda: loop.snapshot().mode == "estopped", what="e-stop")
         n = len(follower(daemon)[0])
         joints = names(daemon)
         leader.move_to(dict(zip(joints, moved, strict=True)))
         time.sleep(0.4)
         assert len(follower(daemon)[0]) == n  # targets keep coming; nothing reaches the servos
         assert station.status.estop.startswith("e-stop from the teleop station")
-        assert "refused" in station.key("t") and loop.mode == "estopped"  # latched
+        assert "refused" in station.key("t") and loop.snapshot().mode == "estopped"  # latched
         with pytest.raises(ControlRefusedError, match="e-stop is latched"):
             client.teleop("hand_back", session=station.session)
     finally:
@@ -297,7 +311,7 @@ def test_a_leader_on_the_robots_own_computer(
             with pytest.raises(SessionHeldError, match="daemon's own leader"):
                 client.teleop("open", who="bob")
             client.control("teleop", who="operator")
-            wait_for(lambda: d.loop is not None and d.loop.mode == "teleop" and d.loop.teleop.phase == "tracking")
+            wait_for(lambda: d.loop is not None and d.loop.snapshot().teleop_phase == "tracking")
             target = present(d) + np.array([6.0, 0.0, -6.0, 0.0, 0.0, 0.0])
             hand.move_to(dict(zip(names(d), target, strict=True)))
             wait_for(

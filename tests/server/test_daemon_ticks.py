@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import types
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ import pytest
 from drivers.config import ArmConfig
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.control.events import EventLog
+from runtime.control.mode import Mode
+from runtime.control.snapshot import Snapshot
 from runtime.daemon import AUTO_DUMP_SPACING_S, Daemon
 from runtime.engine.base import Engine
 from runtime.server import ServerConfig
@@ -40,15 +42,6 @@ class FakeRecorder:
         return directory / f"flight-{len(self.dumps)}.npz"
 
 
-class FakeTicker:
-    overruns = 7
-
-
-class FakeEnvelope:
-    def __init__(self) -> None:
-        self.counts = {"limit": 2, "step": 3, "accel": 0, "nonfinite": 0, "refused_chunks": 1}
-
-
 class FakeLoop:
     """The parts of ControlLoop the daemon reads on its ticks and at shutdown."""
 
@@ -56,16 +49,21 @@ class FakeLoop:
         self.events = EventLog()
         self.dump_requests: deque[str] = deque()
         self.recorder = FakeRecorder()
-        self.mode = "idle"
+        self.mode = Mode.IDLE
         self.estop_reason: str | None = None
-        self.counters = {"chunks": 12, "starved": 4}
-        self.ticker = FakeTicker()
-        self.envelope = FakeEnvelope()
         self.alive = True
         self.stalled_s = 0.0
         self.rate_hz = 30.0
         self.shutdown_ok = True
         self.shutdowns = 0
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            mode=self.mode,
+            counters=Counter({"chunks": 12, "starved": 4}),
+            overruns=7,
+            safety={"limit": 2, "step": 3, "accel": 0, "nonfinite": 0, "refused_chunks": 1},
+        )
 
     def stalled_for(self, now: float) -> float:
         assert isinstance(now, float), now  # the loop measures against the tick's clock
@@ -122,13 +120,13 @@ def test_mode_and_estop_changes_reach_status_once_each(daemon: Daemon) -> None:
     arm: EstopArm = daemon.arm  # type: ignore[assignment]
     daemon.on_tick(0.01)  # idle without an e-stop is where the daemon starts: nothing new to say
     daemon.on_tick(0.02)
-    loop.mode, loop.estop_reason = "estop", "signal SIGUSR1"
+    loop.mode, loop.estop_reason = Mode.ESTOPPED, "signal SIGUSR1"
     daemon.on_tick(0.03)
     daemon.on_tick(0.04)
-    loop.mode, loop.estop_reason = "idle", None
+    loop.mode, loop.estop_reason = Mode.IDLE, None
     daemon.on_tick(0.05)
     assert statuses(daemon) == [
-        "STATUS=control estop, E-STOP (signal SIGUSR1), chunks 12, starved ticks 4, overruns 7, safety 6",
+        "STATUS=control estopped, E-STOP (signal SIGUSR1), chunks 12, starved ticks 4, overruns 7, safety 6",
         "STATUS=control idle, no e-stop, chunks 12, starved ticks 4, overruns 7, safety 6",
     ]
     assert arm.estops == [(True, "signal SIGUSR1"), (False, "")]
