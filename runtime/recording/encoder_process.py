@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 _CONTEXT = multiprocessing.get_context("spawn")
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
+NICE = 10
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def _main(spec: EncoderSpec, commands: Connection, replies: Connection) -> None:
     video: EpisodeVideo | None = None
     stats = ImageStats()
     encode_s = 0.0
+    # the control loop and the policy come first: a starved encoder drops frames, the loop stays on time
+    os.nice(NICE)
     replies.send(("ready",))
     try:
         while True:
@@ -160,7 +163,8 @@ class CameraEncoder:
         self.key = key
         self._spec_args: dict[str, Any] = {"key": key, "fps": fps, "video": video, "delay_ms": delay_ms}
         self._slots, self._height, self._width = slots, height, width
-        self._on_death = on_death
+        self.on_death = on_death
+        self._episode = -1  # the episode last begun (read by the reply thread when the process dies)
         self._results: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._retired: list[FrameRing] = []
         self._stopping = False
@@ -213,6 +217,7 @@ class CameraEncoder:
         return True
 
     def begin(self, episode: int, path: Path) -> None:
+        self._episode = episode
         self._send(("begin", episode, str(path)))
 
     def send_frame(self, slot: int, pts: int) -> bool:
@@ -238,10 +243,12 @@ class CameraEncoder:
             except queue.Empty:
                 continue
             kind = msg[0]
-            if kind == "died" or (kind in ("done", "error") and msg[1] == episode):
+            if kind == "died" and msg[2] == episode:
+                raise RecordingError(f"{self.key}: {msg[1]}")
+            if kind in ("done", "error") and msg[1] == episode:
                 if kind == "done":
                     return EncodedVideo(Path(msg[2]), int(msg[3]), msg[4], float(msg[5]))
-                raise RecordingError(f"{self.key}: {msg[2] if kind == 'error' else msg[1]}")
+                raise RecordingError(f"{self.key}: {msg[2]}")
             # a reply about an earlier episode (one that failed before its end was awaited): stale
 
     # -- the reply thread ------------------------------------------------------------------------
@@ -266,9 +273,9 @@ class CameraEncoder:
         self.deaths += 1
         self.last_death = reason
         log.error("recording: %s: %s; its episode is dropped, a new encoder is started", self.key, reason)
-        self._results.put(("died", reason))
-        if self._on_death is not None:
-            self._on_death(self.key, reason)
+        self._results.put(("died", reason, self._episode))
+        if self.on_death is not None:
+            self.on_death(self.key, reason)
         if not self._ready.is_set():  # it never started: do not loop on a process that cannot start
             self._ready.set()
             return
