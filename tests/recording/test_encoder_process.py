@@ -4,7 +4,6 @@ and nothing (segment, child) outlives ``close``."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -15,21 +14,10 @@ import pytest
 
 from runtime.errors import RecordingError
 from runtime.recording.encoder_process import CameraEncoder
-from runtime.recording.shm_ring import NAME_PREFIX
 from runtime.recording.video import VideoSettings, decode_frames, frame_times
 from tests.recording.conftest import HEIGHT, WIDTH, frame_image
 
-
-def segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob(NAME_PREFIX + "*")}
-
-
-@pytest.fixture(autouse=True)
-def no_leaks() -> object:
-    before = segments()
-    yield
-    assert segments() - before == set(), "shared memory segments left behind"
-    assert multiprocessing.active_children() == [], "child processes left behind"
+pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
 def encoder(**kwargs: object) -> CameraEncoder:
