@@ -81,6 +81,8 @@ class RecorderStatus:
     episodes_over_drop_rate: int = 0
     encoder_deaths: int = 0
     codec: str = ""
+    #: camera column -> its encoder's CPU time per frame over the last episode written (ms)
+    encode_ms_per_frame: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class EpisodeRecorder:
         self._frames_written = 0
         self._last_error: str | None = None
         self._episodes_over_drop_rate = 0
+        self._encode_ms: dict[str, float] = {}
         # written by the reply threads of the encoders
         self._encoder_deaths = 0
         # written by the control thread
@@ -367,6 +370,7 @@ class EpisodeRecorder:
             episodes_over_drop_rate=self._episodes_over_drop_rate,
             encoder_deaths=self._encoder_deaths,
             codec=self._codec,
+            encode_ms_per_frame=dict(self._encode_ms),
         )
 
     # -- waiting calls, for other threads --------------------------------------------------------
@@ -500,6 +504,9 @@ class EpisodeRecorder:
             raise error
         attach = getattr(self._sink, "attach_encoded")  # noqa: B009 (checked in __init__)
         attach(videos, item.drops)
+        for key, video in videos.items():
+            if video.frames:
+                self._encode_ms[key] = round(1000 * video.encode_s / video.frames, 3)
 
     def _clear_episode_files(self, generation: int) -> None:
         if self._staging is not None:
