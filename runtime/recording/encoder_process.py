@@ -62,6 +62,15 @@ class EncoderSpec:
 
 
 @dataclass(frozen=True)
+class Link:
+    """One encoder process's ring and command pipe, swapped together when it is replaced: a slot
+    taken from one process's ring is only ever announced on that same process's pipe."""
+
+    ring: FrameRing
+    commands: Connection
+
+
+@dataclass(frozen=True)
 class EncodedVideo:
     """One camera's finished episode file."""
 
@@ -143,8 +152,9 @@ def _main(spec: EncoderSpec, commands: Connection, replies: Connection) -> None:
 class CameraEncoder:
     """The daemon's handle on one camera's encoder process.
 
-    ``ring``, ``send_frame``, ``begin``, ``end`` and ``abort`` belong to the control thread (they
-    never wait); ``result`` waits, on the writer thread. ``on_death(key, reason)`` is called on the
+    ``link``, ``send_frame``, ``begin``, ``end`` and ``abort`` belong to the control thread (they
+    never wait; read ``link`` once per frame, take the slot from its ring and pass it back to
+    ``send_frame``); ``result`` waits, on the writer thread. ``on_death(key, reason)`` is called on the
     reply thread when the process dies unasked.
     """
 
@@ -178,9 +188,9 @@ class CameraEncoder:
             raise RecordingError(f"recording: the encoder process for {self.key} did not start: {reason}")
 
     def _spawn(self) -> None:
-        self.ring = FrameRing(self._slots, self._height, self._width)
+        ring = FrameRing(self._slots, self._height, self._width)
         spec = EncoderSpec(
-            shm_name=self.ring.name, slots=self._slots, height=self._height, width=self._width, **self._spec_args
+            shm_name=ring.name, slots=self._slots, height=self._height, width=self._width, **self._spec_args
         )
         cmd_read, cmd_write = _CONTEXT.Pipe(duplex=False)
         rep_read, rep_write = _CONTEXT.Pipe(duplex=False)
@@ -192,12 +202,15 @@ class CameraEncoder:
         cmd_read.close()
         rep_write.close()
         self.process = process
-        self._commands = cmd_write
-        self._replies = rep_read
+        self.link = Link(ring, cmd_write)  # one assignment: the control thread sees old or new, never a mix
         self._reader = threading.Thread(
-            target=self._read, args=(rep_read, self.ring, process), name=f"encoder-{self.key}-replies", daemon=True
+            target=self._read, args=(rep_read, ring, process), name=f"encoder-{self.key}-replies", daemon=True
         )
         self._reader.start()
+
+    @property
+    def ring(self) -> FrameRing:
+        return self.link.ring
 
     @property
     def pid(self) -> int | None:
@@ -209,9 +222,9 @@ class CameraEncoder:
 
     # -- the control thread's side ---------------------------------------------------------------
 
-    def _send(self, msg: tuple[Any, ...]) -> bool:
+    def _send(self, msg: tuple[Any, ...], link: Link | None = None) -> bool:
         try:
-            self._commands.send(msg)
+            (link or self.link).commands.send(msg)
         except (OSError, ValueError):  # the process died (its pipe is closed); the reply thread reports it
             return False
         return True
@@ -220,8 +233,10 @@ class CameraEncoder:
         self._episode = episode
         self._send(("begin", episode, str(path)))
 
-    def send_frame(self, slot: int, pts: int) -> bool:
-        return self._send(("frame", slot, pts))
+    def send_frame(self, slot: int, pts: int, link: Link | None = None) -> bool:
+        """Announce frame ``pts`` in ``slot`` of ``link``'s ring (default: the current one); False
+        when that process is gone (give the slot back then)."""
+        return self._send(("frame", slot, pts), link)
 
     def end(self, episode: int) -> None:
         self._send(("end", episode))
@@ -295,10 +310,10 @@ class CameraEncoder:
             if self.process.is_alive():
                 self.process.kill()
                 self.process.join()
-        self._commands.close()
+        self.link.commands.close()
         self._reader.join(STOP_TIMEOUT_S)
         self.process.close()
-        for ring in [*self._retired, self.ring]:
+        for ring in [*self._retired, self.link.ring]:
             ring.close()
         self._retired = []
 

@@ -47,10 +47,9 @@ import numpy.typing as npt
 from runtime.errors import ConfigError, RecordingError
 from runtime.recording.codec_choice import choose_video
 from runtime.recording.config import RecordingConfig
-from runtime.recording.encoder_process import CameraEncoder, EncodedVideo
+from runtime.recording.encoder_process import CameraEncoder, EncodedVideo, Link
 from runtime.recording.features import RecordingFeatures
 from runtime.recording.frames import FrameSlot, fill_slot
-from runtime.recording.shm_ring import FrameRing
 from runtime.recording.writer import STAGING_DIR, DatasetWriter, EpisodeDrops, EpisodeSink
 
 log = logging.getLogger(__name__)
@@ -304,27 +303,28 @@ class EpisodeRecorder:
     def _to_encoders(self, images: Mapping[str, npt.NDArray[np.uint8]]) -> bool:
         """Copy the tick's images into every camera's ring and send the slots; False (the tick is
         left out, counted) when any camera has no free slot."""
-        taken: list[tuple[CameraEncoder, FrameRing, int]] = []
+        taken: list[tuple[CameraEncoder, Link, int]] = []
         short = False
         for cam, encoder in self._encoders.items():
-            ring = encoder.ring  # once: a replacement encoder swaps in a new ring
-            index = ring.take()
+            link = encoder.link  # once: a replacement encoder swaps in a new ring and pipe together
+            index = link.ring.take()
             if index is None:
                 key = self._keys[cam]
                 self._ep_drops[key] += 1
                 self._encoder_drops_by_camera[key] += 1
                 short = True
             else:
-                taken.append((encoder, ring, index))
+                taken.append((encoder, link, index))
         if short:
-            for _, ring, index in taken:
-                ring.give_back(index)
+            for _, link, index in taken:
+                link.ring.give_back(index)
             self._ep_dropped += 1
             self._encoder_drops += 1
             return False
-        for encoder, ring, index in taken:
-            np.copyto(ring.views[index], images[self._cam_of(encoder)])
-            encoder.send_frame(index, self._ep_frames)
+        for encoder, link, index in taken:
+            np.copyto(link.ring.views[index], images[self._cam_of(encoder)])
+            if not encoder.send_frame(index, self._ep_frames, link):
+                link.ring.give_back(index)  # that process is gone; its reply thread fails the episode
         self._ep_frames += 1
         return True
 
