@@ -163,7 +163,12 @@ class Daemon:
         if self.config.metrics.port:
             self.metrics = MetricsServer(
                 self.config.metrics,
-                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names),
+                RuntimeCollector(
+                    server.snapshot,
+                    lambda: server.info,
+                    self._stalled_names,
+                    lambda: self.recorder.status() if self.recorder is not None else None,
+                ),
             )
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:

@@ -53,10 +53,12 @@ class RuntimeCollector:
         snapshot: Callable[[], StatsSnapshot],
         info: Callable[[], PolicyInfo],
         stalled: Callable[[], list[str]] = list,
+        recording: Callable[[], Any] = lambda: None,
     ) -> None:
         self._snapshot = snapshot
         self._info = info
         self._stalled = stalled
+        self._recording = recording  # the recorder's RecorderStatus, None while recording is off
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -102,6 +104,7 @@ class RuntimeCollector:
         for name in self._stalled():
             stalled.add_metric([name], 1)
         yield stalled
+        yield from self.recording_metrics()
         canary = s.verification
         if canary:  # the serving canary (docs/engine.md); absent when it is off
             yield CounterMetricFamily(f"{PREFIX}_canary_checks", "Canary checks run", value=canary["checks"])
@@ -131,6 +134,32 @@ class RuntimeCollector:
             for joint, t in sorted((arm.get("temperature_c") or {}).items()):
                 temps.add_metric([joint], t)
             yield temps
+
+    def recording_metrics(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        rec = self._recording()
+        if rec is None:
+            return
+        dropped = CounterMetricFamily(
+            f"{PREFIX}_recording_frames_dropped",
+            "Ticks left out because a camera's encoder was behind",
+            labels=["camera"],
+        )
+        for camera, n in sorted(rec.encoder_drops_by_camera.items()):
+            dropped.add_metric([camera], n)
+        yield dropped
+        yield CounterMetricFamily(
+            f"{PREFIX}_recording_episodes_over_drop_rate",
+            "Episodes that dropped more than recording.max_drop_rate of their ticks",
+            value=rec.episodes_over_drop_rate,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_recording_encoder_deaths", "Encoder processes that died unasked", value=rec.encoder_deaths
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_recording_episodes_written", "Episodes written to the dataset", value=rec.episodes_written
+        )
 
 
 class MetricsServer:

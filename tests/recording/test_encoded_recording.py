@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,27 @@ def test_a_dead_encoder_fails_its_episode_only(root: Path, features: RecordingFe
     assert (status.episodes_failed, status.episodes_written, status.frames_written) == (1, 1, 4)
     assert check_dataset(root).ok
     assert DatasetReader(root).num_episodes == 1
+
+
+def test_the_drop_counts_are_scraped(root: Path, features: RecordingFeatures) -> None:
+    pytest.importorskip("prometheus_client")
+    from runtime.metrics import RuntimeCollector
+
+    config = RecordingConfig(dataset_dir=str(root), codec="libx264", camera_queue_frames=2, encoder_delay_ms=80)
+    with EpisodeRecorder.create(config, features) as recorder:
+        recorder.start_episode("scraped")
+        for t in ticks(8, seed=8):
+            assert add(recorder, t)
+        recorder.end_episode()
+        assert recorder.flush(60)
+        status = recorder.status()
+    collector = RuntimeCollector(_unused, _unused, list, lambda: status)
+    families = {f.name: f for f in collector.recording_metrics()}
+    dropped = families["lerobot_runtime_recording_frames_dropped"].samples
+    assert [(s.labels["camera"], s.value) for s in dropped] == [("observation.images.front", status.encoder_drops)]
+    assert status.encoder_drops >= 4  # 8 ticks at once into 2 slots of an 80 ms encoder
+    assert families["lerobot_runtime_recording_episodes_written"].samples[0].value == 1
+
+
+def _unused() -> Any:
+    raise AssertionError("only the recording's metrics are read here")
