@@ -296,7 +296,10 @@ class CameraEncoder:
             return
         # frames in flight were in the dead process's slots: a fresh ring, the old one closed at the end
         self._retired.append(ring)
-        self._spawn()
+        try:
+            self._spawn()
+        except Exception:  # no replacement: the next episode's file never comes, and says so
+            log.exception("recording: %s: starting a replacement encoder failed", self.key)
 
     def close(self) -> None:
         """Stop the process (asking first, then terminating), join it and remove the segments."""
