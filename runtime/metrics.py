@@ -66,7 +66,9 @@ class RuntimeCollector:
         s = self._snapshot()
         info = self._info()
         engine = {k: str(v) for k, v in (s.engine or info.engine).items() if k not in ("cpus",)}
-        yield InfoMetricFamily(f"{PREFIX}_policy", "What is being served", value={"policy": info.policy_name, **engine})
+        yield InfoMetricFamily(
+            f"{PREFIX}_policy", "What is being served", value={"policy": info.policy_name, **engine}
+        )
         yield GaugeMetricFamily(f"{PREFIX}_uptime_seconds", "Seconds since the server started", value=s.uptime_s)
         requests = CounterMetricFamily(f"{PREFIX}_requests", "Requests received, by kind", labels=["kind"])
         for kind, n in sorted(s.requests.items()):

@@ -65,10 +65,8 @@ def format_status(s: dict[str, Any]) -> str:
         f"CPUs allowed {s['cpus_allowed']}, inference ran on "
         + (", ".join(f"CPU {c} ({n}x)" for c, n in s["cpus_observed"].items()) or "no CPU yet (no inference)"),
         f"uptime     {s['uptime_s']:.0f} s; clients in the last minute: {s['clients']}",
-        "requests   "
-        + (" ".join(f"{k}={v}" for k, v in sorted(s["requests"].items())) or "none")
-        + "; errors "
-        + (" ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())) or "none"),
+        "requests   " + (" ".join(f"{k}={v}" for k, v in sorted(s["requests"].items())) or "none")
+        + "; errors " + (" ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())) or "none"),
         f"queue      {s['queue']['depth']}/{s['queue']['capacity']} (max {s['queue']['depth_max']}), "
         f"in flight {s['queue']['in_flight']}",
     ]

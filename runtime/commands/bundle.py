@@ -20,7 +20,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     p = commands.add_parser("bundle", help="manage the bundles a daemon serves")
     sub = p.add_subparsers(dest="bundle_command", metavar="ACTION", required=True)
-    i = sub.add_parser("install", help="verify a bundle, run its parity gate and switch DIR/current to it atomically")
+    i = sub.add_parser(
+        "install", help="verify a bundle, run its parity gate and switch DIR/current to it atomically"
+    )
     i.add_argument("src", metavar="SRC", help="bundle directory to install")
     i.add_argument("--dir", default=DEFAULT_BUNDLES_DIR, help=f"bundle directory (default: {DEFAULT_BUNDLES_DIR})")
     i.add_argument("--link", default="current", help="symlink to switch (default: current)")

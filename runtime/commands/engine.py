@@ -89,11 +89,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--action-names",
         help="comma-separated joint names (default: from the checkpoint, else SO-101 joints for a 6-dim factory)",
     )
-    p.add_argument(
-        "--image-inputs",
-        help="comma-separated names of the camera inputs (default: uint8 HxWxC inputs "
-        "and inputs whose name contains 'image')",
-    )
+    p.add_argument("--image-inputs", help="comma-separated names of the camera inputs (default: uint8 HxWxC inputs "
+                   "and inputs whose name contains 'image')")
     p.add_argument("--n-action-steps", type=int, help="--lerobot: steps of each chunk to serve (default: the config's)")
     p.add_argument(
         "--tolerance",
@@ -142,7 +139,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     _add_engine_options(p)
     p.add_argument("--runs", type=int, default=30, help="timed inferences after warm-up (default 30)")
-    p.add_argument("--parity-runs", type=int, default=16, help="replays of the test case, each checked (default 16)")
+    p.add_argument(
+        "--parity-runs", type=int, default=16, help="replays of the test case, each checked (default 16)"
+    )
     p.add_argument("--allow-parity-failure", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)

@@ -15,11 +15,15 @@ log = logging.getLogger(__name__)
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = commands.add_parser("serve", help="run the policy server daemon (systemd Type=notify aware)")
-    serve.add_argument("--config", metavar="FILE", help="daemon TOML config (default: built-in defaults, demo bundle)")
+    serve.add_argument(
+        "--config", metavar="FILE", help="daemon TOML config (default: built-in defaults, demo bundle)"
+    )
     serve.set_defaults(func=_serve)
 
     keys = commands.add_parser("keys", help="make a CURVE key pair for the server or a client")
-    keys.add_argument("--out", required=True, metavar="DIR", help="folder to write NAME.key and NAME.key_secret")
+    keys.add_argument(
+        "--out", required=True, metavar="DIR", help="folder to write NAME.key and NAME.key_secret"
+    )
     keys.add_argument("--name", default="client", help="key file base name (default: client)")
     keys.add_argument(
         "--force",
@@ -35,7 +39,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="DIR",
         help="bundle to serve (default: an OpenVINO model built in code with ACT-size inputs and outputs)",
     )
-    b.add_argument("--act", action="store_true", help="serve the built-in ACT-size bundle (exported on first use)")
+    b.add_argument(
+        "--act", action="store_true", help="serve the built-in ACT-size bundle (exported on first use)"
+    )
     b.add_argument("--control-cpu", type=int, default=0, help="CPU of the client process (default 0)")
     b.add_argument("--requests", type=int, default=300, help="measured requests per transport (default 300)")
     b.set_defaults(func=_bench_serve)

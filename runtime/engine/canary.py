@@ -65,7 +65,9 @@ class Canary:
     real request waits for at most one check.
     """
 
-    def __init__(self, case: TestCase, interval_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, case: TestCase, interval_s: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if not interval_s > 0:
             raise ValueError(f"canary interval: expected > 0 seconds, got {interval_s}")
         self._case = case

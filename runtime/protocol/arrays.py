@@ -95,9 +95,14 @@ def decode_array(desc: Any, frames: Sequence[memoryview], used: list[bool], wher
             received=_short(dtype_name),
         )
     shape = desc.get("shape")
-    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(type(d) is int and d >= 0 for d in shape):
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_NDIM
+        or not all(type(d) is int and d >= 0 for d in shape)
+    ):
         raise BadRequestError(
-            f"{where}.shape: expected a list of at most {MAX_NDIM} non-negative integers, got {_short(shape)}",
+            f"{where}.shape: expected a list of at most {MAX_NDIM} non-negative integers, "
+            f"got {_short(shape)}",
             field=f"{where}.shape",
             expected=f"list of <= {MAX_NDIM} non-negative integers",
             received=_short(shape),
@@ -150,7 +155,8 @@ def decode_array(desc: Any, frames: Sequence[memoryview], used: list[bool], wher
     actual = len(buf) if isinstance(buf, bytes) else buf.nbytes
     if declared != actual:
         raise BadRequestError(
-            f"{where}: dtype {dtype_name} shape {shape} declares {declared} bytes, the message carries {actual}",
+            f"{where}: dtype {dtype_name} shape {shape} declares {declared} bytes, "
+            f"the message carries {actual}",
             field=where,
             expected=f"{declared} bytes",
             received=f"{actual} bytes",

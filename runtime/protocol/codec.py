@@ -137,7 +137,9 @@ def peek_request_id(header: Any) -> int | None:
 def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
     """Parse a request (header frame + data frames); raises a ``ServerError`` subclass to reply with."""
     if not frames:
-        raise BadRequestError("empty message", field="(header)", expected="a msgpack header frame", received="nothing")
+        raise BadRequestError(
+            "empty message", field="(header)", expected="a msgpack header frame", received="nothing"
+        )
     total = 0
     for f in frames:
         total += len(f) if isinstance(f, bytes) else f.nbytes
@@ -217,7 +219,9 @@ def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Requ
     unknown = set(header) - _REQUEST_KEYS
     if unknown:
         key = sorted(map(str, unknown))[0]
-        raise BadRequestError(f"header: unknown key {key!r}", field=key, expected="v, id, kind, body", received=key)
+        raise BadRequestError(
+            f"header: unknown key {key!r}", field=key, expected="v, id, kind, body", received=key
+        )
     kind = header.get("kind")
     if not isinstance(kind, str):
         raise BadRequestError(
@@ -447,7 +451,9 @@ def decode_reply(frames: Sequence[Buffer]) -> Reply:
     if not isinstance(header, dict):
         raise ProtocolError(f"reply header: expected a map, got {_type_name(header)}")
     if header.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(f"reply protocol version {_short(header.get('v'))}, this client speaks {PROTOCOL_VERSION}")
+        raise ProtocolError(
+            f"reply protocol version {_short(header.get('v'))}, this client speaks {PROTOCOL_VERSION}"
+        )
     rid = header.get("id")
     t = header.get("timing") or {}
     timing = (
@@ -501,7 +507,9 @@ def actions_from_reply(reply: Reply, round_trip_ms: float) -> ActionChunk:
 
 
 def pong_from_reply(reply: Reply, round_trip_ms: float) -> Pong:
-    return Pong(reply.id or 0, float(_need(reply.body, "uptime_s", (int, float), "body")), reply.timing, round_trip_ms)
+    return Pong(
+        reply.id or 0, float(_need(reply.body, "uptime_s", (int, float), "body")), reply.timing, round_trip_ms
+    )
 
 
 def _tensors(raw: Any, where: str) -> tuple[TensorInfo, ...]:

@@ -31,7 +31,9 @@ def runtime_dir() -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise ConfigError(f"runtime directory {path} is not a directory owned by uid {os.getuid()}; remove it")
+        raise ConfigError(
+            f"runtime directory {path} is not a directory owned by uid {os.getuid()}; remove it"
+        )
     return path
 
 

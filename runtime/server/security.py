@@ -41,10 +41,13 @@ def load_server_curve(cfg: CurveConfig) -> ServerCurve | None:
     try:
         public, secret = zmq.auth.load_certificate(secret_file)
     except (ValueError, OSError) as e:
-        raise ConfigError(f"server.curve.server_secret_key: {secret_file} is not a CURVE key file: {e}") from e
+        raise ConfigError(
+            f"server.curve.server_secret_key: {secret_file} is not a CURVE key file: {e}"
+        ) from e
     if secret is None:
         raise ConfigError(
-            f"server.curve.server_secret_key: {secret_file} holds only a public key; expected the .key_secret file"
+            f"server.curve.server_secret_key: {secret_file} holds only a public key; "
+            "expected the .key_secret file"
         )
     if not keys_dir.is_dir():
         raise ConfigError(f"server.curve.authorized_keys_dir: {keys_dir} is not a directory")

@@ -53,7 +53,9 @@ class StatsCollector:
             self._lat["infer"].append(infer_ms)
             self._lat["total"].append(total_ms)
 
-    def snapshot(self, queue_depth: int, queue_depth_max: int, capacity: int, in_flight: int) -> StatsSnapshot:
+    def snapshot(
+        self, queue_depth: int, queue_depth_max: int, capacity: int, in_flight: int
+    ) -> StatsSnapshot:
         with self._lock:
             requests = dict(self._requests)
             errors = dict(self._errors)

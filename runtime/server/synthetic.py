@@ -38,7 +38,9 @@ class SyntheticPolicy:
 
     def weights(self) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng(self.seed)
-        w = (rng.standard_normal((self.features, self.chunk * len(JOINTS))) / np.sqrt(self.features)).astype(np.float32)
+        w = (rng.standard_normal((self.features, self.chunk * len(JOINTS))) / np.sqrt(self.features)).astype(
+            np.float32
+        )
         b = (0.1 * rng.standard_normal(self.chunk * len(JOINTS))).astype(np.float32)
         return w, b
 

@@ -240,6 +240,8 @@ class InferenceWorker(threading.Thread):
 
     def _error(self, job: Job, started: float, code: str, message: str, field: str | None) -> list[Any]:
         done = time.monotonic()
-        timing = Timing((started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3)
+        timing = Timing(
+            (started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3
+        )
         self.stats.error(code)
         return [encode_error("infer", job.request_id, ErrorInfo(code, message, field), timing)]
