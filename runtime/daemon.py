@@ -163,7 +163,13 @@ class Daemon:
         if self.config.metrics.port:
             self.metrics = MetricsServer(
                 self.config.metrics,
-                RuntimeCollector(server.snapshot, lambda: server.info, self._stalled_names, self._control_status),
+                RuntimeCollector(
+                    server.snapshot,
+                    lambda: server.info,
+                    self._stalled_names,
+                    self._control_status,
+                    lambda: self.recorder.status() if self.recorder is not None else None,
+                ),
             )
         arm = f"; arm {self.config.arm.kind}" if self.arm is not None else "; no arm"
         if self.loop is not None:

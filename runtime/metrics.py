@@ -54,12 +54,14 @@ class RuntimeCollector:
         info: Callable[[], PolicyInfo],
         stalled: Callable[[], list[str]] = list,
         control: Callable[[], Mapping[str, Any] | None] = lambda: None,
+        recording: Callable[[], Any] = lambda: None,
     ) -> None:
         """``control``: the control loop's ``control status`` map, None without a loop."""
         self._snapshot = snapshot
         self._info = info
         self._stalled = stalled
         self._control = control
+        self._recording = recording  # the recorder's RecorderStatus, None while recording is off
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -107,6 +109,7 @@ class RuntimeCollector:
         for name in self._stalled():
             stalled.add_metric([name], 1)
         yield stalled
+        yield from self.recording_metrics()
         canary = s.verification
         if canary:  # the serving canary (docs/engine.md); absent when it is off
             yield CounterMetricFamily(f"{PREFIX}_canary_checks", "Canary checks run", value=canary["checks"])
@@ -141,6 +144,32 @@ class RuntimeCollector:
             yield from control_metrics(control)
 
 
+    def recording_metrics(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        rec = self._recording()
+        if rec is None:
+            return
+        dropped = CounterMetricFamily(
+            f"{PREFIX}_recording_frames_dropped",
+            "Ticks left out because a camera's encoder was behind",
+            labels=["camera"],
+        )
+        for camera, n in sorted(rec.encoder_drops_by_camera.items()):
+            dropped.add_metric([camera], n)
+        yield dropped
+        yield CounterMetricFamily(
+            f"{PREFIX}_recording_episodes_over_drop_rate",
+            "Episodes that dropped more than recording.max_drop_rate of their ticks",
+            value=rec.episodes_over_drop_rate,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_recording_encoder_deaths", "Encoder processes that died unasked", value=rec.encoder_deaths
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_recording_episodes_written", "Episodes written to the dataset", value=rec.episodes_written
+        )
+
 def control_metrics(status: Mapping[str, Any]) -> Iterator[Any]:
     """The loop's timing: when ticks woke, and when the servos got their goals."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -171,7 +200,6 @@ def control_metrics(status: Mapping[str, Any]) -> Iterator[Any]:
     yield CounterMetricFamily(f"{PREFIX}_control_write_periods_off", off, value=writes["off_5ms"])
     skipped = "Control ticks skipped (woke a whole period late)"
     yield CounterMetricFamily(f"{PREFIX}_control_overruns", skipped, value=status["counters"]["overruns"])
-
 
 class MetricsServer:
     """The HTTP endpoint; ``close()`` stops it."""

@@ -1,62 +1,69 @@
-"""``lerobot-runtime bench record``: what recording costs the control loop, and whether the disk side
-keeps up.
+"""``lerobot-runtime bench record``: what recording costs, per video codec, for one and two cameras,
+side by side in one run.
 
-Two measurements in one run, on camera frames of the given size:
-
-- the writer's own cost per frame (video encoding, statistics, buffering), called directly, next to
-  the control tick it has to fit in (``writer_ms_per_frame`` / tick);
-- a control loop paced on absolute deadlines at ``fps`` for ``seconds``, once without recording and
-  once recording every tick through :class:`EpisodeRecorder`: the ``add_frame`` call's latency and
-  how late each tick woke, side by side, with the overruns counted.
+Each row records one episode through :meth:`EpisodeRecorder.create`, as the daemon does (one encoder
+process per camera, frames through shared memory), from a control loop paced on absolute deadlines
+at ``fps`` for ``seconds``: the encoders' CPU time per frame, the share of ticks dropped because an
+encoder was behind, the ``add_frame`` call's latency on the loop and how late the loop's ticks woke
+(next to the same loop not recording). The last line says which codec ``codec = "auto"`` picks for
+each camera count on this computer.
 """
 
 from __future__ import annotations
 
+import logging
+import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from drivers.calibration import SO101_JOINTS
 from runtime.bench.stats import summarize
-from runtime.recording import DatasetWriter, EpisodeRecorder, RecordingFeatures, VideoSettings
+from runtime.recording import EpisodeRecorder, RecordingConfig, RecordingFeatures, VideoSettings
+from runtime.recording.codec_choice import choose_auto, probe_frames
+from runtime.recording.encoder_process import cpu_count
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecordRow:
+    codec: str
+    cameras: int
+    encoder_ms_per_frame: float  # CPU time of one camera's encoder process per frame (mean over cameras)
+    drop_rate: float
+    ticks: int
+    frames_written: int
+    overruns: int
+    add_frame_ms: dict[str, float]
+    tick_late_ms: dict[str, float]
 
 
 @dataclass(frozen=True)
 class RecordBench:
-    cameras: int
     height_px: int
     width_px: int
     fps: int
-    codec: str
-    tick_ms: float
-    writer_ms_per_frame: float
-    writer_share_of_tick: float
-    add_frame_ms: dict[str, float]
+    seconds: float
+    cpus: int
+    cpu_flags: list[str]
     tick_late_ms_idle: dict[str, float]
-    tick_late_ms_recording: dict[str, float]
-    ticks: int
-    max_queued_frames: int
-    buffer_frames: int
-    overruns: int
-    frames_written: int
+    rows: list[RecordRow]
+    auto: dict[int, str]  # cameras -> the codec "auto" picks here
 
 
-def _frames(count: int, height: int, width: int) -> list[npt.NDArray[np.uint8]]:
-    """A moving gradient with a little noise: closer to a camera than flat or random frames."""
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:height, 0:width]
-    out = []
-    for k in range(count):
-        base = ((x + 3 * k) % 256 + (y // 2)) % 256
-        img = np.stack([base, (base + 85) % 256, (base + 170) % 256], axis=-1).astype(np.int16)
-        img += rng.integers(-4, 5, img.shape, dtype=np.int16)
-        out.append(np.clip(img, 0, 255).astype(np.uint8))
-    return out
+def cpu_flags() -> list[str]:
+    """The vector extensions that matter to the encoders, as ``lscpu`` reports them."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted({f for f in ("avx2", "avx512_vnni", "avx512_bf16") if f in out.split()})
 
 
 def _paced_loop(fps: int, seconds: float, body: Any) -> list[float]:
@@ -74,101 +81,93 @@ def _paced_loop(fps: int, seconds: float, body: Any) -> list[float]:
     return late
 
 
-def run_bench(
-    *,
-    cameras: int = 1,
-    height: int = 480,
-    width: int = 640,
-    fps: int = 30,
-    seconds: float = 10.0,
-    codec: str = "libsvtav1",
-    buffer_frames: int = 90,
-) -> RecordBench:
+def _row(codec: str, cameras: int, height: int, width: int, fps: int, seconds: float, root: Path) -> RecordRow:
     names = [f"cam{i}" for i in range(cameras)]
     features = RecordingFeatures(fps=fps, joint_names=SO101_JOINTS, cameras={n: (height, width) for n in names})
-    video = VideoSettings(codec=codec)
-    pool = _frames(60, height, width)
+    pool = probe_frames(30, height, width)
+    images = [{n: pool[(k + 7 * j) % len(pool)] for j, n in enumerate(names)} for k in range(len(pool))]
     joints = np.zeros(6, np.float32)
-    with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
-        # the writer alone, frame after frame
-        writer = DatasetWriter(Path(tmp) / "direct", features, video=video)
-        from runtime.recording.frames import FrameSlot, fill_slot
-
-        slot = FrameSlot(features)
-        writer.begin_episode("bench")
-        n_direct = 3 * fps
-        t0 = time.perf_counter()
-        for i in range(n_direct):
-            fill_slot(
-                slot,
-                features,
-                i / fps,
-                joints,
-                joints,
-                joints,
-                {n: pool[i % len(pool)] for n in names},
-                "policy",
-                False,
-            )
-            writer.write_frame(slot)
-        writer.finish_episode()
-        writer_ms = (time.perf_counter() - t0) * 1000 / n_direct
-        writer.close()
-
-        # a paced control loop: idle, then recording every tick
-        idle_late = _paced_loop(fps, seconds / 2, lambda i: None)
-        recorder = EpisodeRecorder(
-            DatasetWriter(Path(tmp) / "paced", features, video=video), features, buffer_frames=buffer_frames
-        )
-        call_ms: list[float] = []
-        queued: list[int] = []
-        images = [{n: pool[k] for n in names} for k in range(len(pool))]
+    call_ms: list[float] = []
+    with EpisodeRecorder.create(RecordingConfig(dataset_dir=str(root), codec=codec), features) as recorder:
+        recorder.start_episode("bench")
 
         def tick(i: int) -> None:
             t = time.perf_counter()
-            if not recorder.recording:
-                recorder.start_episode("bench")
             recorder.add_frame(i / fps, joints, joints, joints, images[i % len(images)], "policy", False)
             call_ms.append((time.perf_counter() - t) * 1000)
-            queued.append(recorder.status().queued_frames)
 
-        rec_late = _paced_loop(fps, seconds, tick)
+        late = _paced_loop(fps, seconds, tick)
         recorder.end_episode()
-        recorder.close()
+        recorder.flush(120)
         status = recorder.status()
-    tick_ms = 1000 / fps
-    return RecordBench(
+    ticks = len(call_ms)
+    per_camera = list(status.encode_ms_per_frame.values())
+    return RecordRow(
+        codec=codec,
         cameras=cameras,
+        encoder_ms_per_frame=round(sum(per_camera) / len(per_camera), 2) if per_camera else float("nan"),
+        drop_rate=round(status.encoder_drops / ticks, 4) if ticks else 0.0,
+        ticks=ticks,
+        frames_written=status.frames_written,
+        overruns=status.overruns,
+        add_frame_ms=summarize(call_ms),
+        tick_late_ms=summarize(late),
+    )
+
+
+def run_bench(
+    *,
+    codecs: Sequence[str] = ("libsvtav1", "libx264"),
+    cameras: Sequence[int] = (1, 2),
+    height: int = 480,
+    width: int = 640,
+    fps: int = 30,
+    seconds: float = 6.0,
+) -> RecordBench:
+    idle = _paced_loop(fps, min(seconds, 3.0), lambda i: None)
+    rows: list[RecordRow] = []
+    with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
+        for codec in codecs:
+            for n in cameras:
+                rows.append(_row(codec, n, height, width, fps, seconds, Path(tmp) / f"{codec}-{n}"))
+    auto = {}
+    for n in cameras:
+        features = RecordingFeatures(
+            fps=fps, joint_names=SO101_JOINTS, cameras={f"cam{i}": (height, width) for i in range(n)}
+        )
+        auto[n] = choose_auto(VideoSettings(), features, cpus=cpu_count(), render_nodes=[]).codec
+    return RecordBench(
         height_px=height,
         width_px=width,
         fps=fps,
-        codec=codec,
-        tick_ms=round(tick_ms, 3),
-        writer_ms_per_frame=round(writer_ms, 3),
-        writer_share_of_tick=round(writer_ms / tick_ms, 3),
-        add_frame_ms=summarize(call_ms),
-        tick_late_ms_idle=summarize(idle_late),
-        tick_late_ms_recording=summarize(rec_late),
-        ticks=len(call_ms),
-        max_queued_frames=max(queued),
-        buffer_frames=buffer_frames,
-        overruns=status.overruns,
-        frames_written=status.frames_written,
+        seconds=seconds,
+        cpus=cpu_count(),
+        cpu_flags=cpu_flags(),
+        tick_late_ms_idle=summarize(idle),
+        rows=rows,
+        auto=auto,
     )
 
 
 def format_table(result: RecordBench) -> str:
     r = result
     lines = [
-        f"recording {r.cameras} camera(s) of {r.width_px}x{r.height_px} at {r.fps} Hz with {r.codec}",
-        f"  writer cost per frame      {r.writer_ms_per_frame:8.2f} ms  = {r.writer_share_of_tick:.2f} x the "
-        f"{r.tick_ms:.1f} ms tick (must stay < 1 on the cores the writer gets)",
-        f"  add_frame on the loop      median {r.add_frame_ms['median']:.3f} ms  p99 {r.add_frame_ms['p99']:.3f} ms",
-        f"  tick wake-up lateness      idle p99 {r.tick_late_ms_idle['p99']:.3f} ms  recording p99 "
-        f"{r.tick_late_ms_recording['p99']:.3f} ms",
-        f"  ticks {r.ticks}, frames written {r.frames_written}, overruns {r.overruns}, most frames waiting for "
-        f"the writer {r.max_queued_frames} of {r.buffer_frames} (a writer that keeps up stays near 1)",
+        f"recording {r.width_px}x{r.height_px} at {r.fps} Hz, {r.seconds:g} s a row, {r.cpus} CPU(s), "
+        f"CPU flags: {', '.join(r.cpu_flags) or 'none of avx2/avx512_vnni/avx512_bf16'}",
+        f"{'codec':<11} {'cams':>4} {'encoder ms/frame':>16} {'drop rate':>9} {'frames':>7} {'overruns':>8} "
+        f"{'add_frame p50/p99 ms':>21} {'tick late p99 ms':>16}",
     ]
+    for row in r.rows:
+        add = f"{row.add_frame_ms['median']:.3f} / {row.add_frame_ms['p99']:.3f}"
+        lines.append(
+            f"{row.codec:<11} {row.cameras:>4} {row.encoder_ms_per_frame:>16.2f} {100 * row.drop_rate:>8.1f}% "
+            f"{row.frames_written:>7} {row.overruns:>8} {add:>21} {row.tick_late_ms['p99']:>16.2f}"
+        )
+    lines.append(
+        f"tick late p99 not recording: {r.tick_late_ms_idle['p99']:.2f} ms; the tick is {1000 / r.fps:.1f} ms, an "
+        "encoder keeps up while its ms/frame stays under it on the CPU it gets"
+    )
+    lines.append('codec = "auto" picks here: ' + ", ".join(f"{n} camera(s): {c}" for n, c in r.auto.items()))
     return "\n".join(lines)
 
 

@@ -13,14 +13,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     check.add_argument("root", metavar="DIR", help="the dataset folder (holds meta/info.json)")
     check.set_defaults(func=_check)
 
-    b = bench.add_parser("record", help="recording's cost on a paced control loop vs not recording")
+    b = bench.add_parser("record", help="recording's cost per codec, one and two cameras, side by side")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
-    b.add_argument("--cameras", type=int, default=1, help="cameras recorded (default 1)")
+    b.add_argument("--cameras", default="1,2", help="camera counts to record, comma-separated (default 1,2)")
+    b.add_argument(
+        "--codecs", default="libsvtav1,libx264", help="video encoders, comma-separated (default libsvtav1,libx264)"
+    )
     b.add_argument("--height", type=int, default=480, help="frame height in pixels (default 480)")
     b.add_argument("--width", type=int, default=640, help="frame width in pixels (default 640)")
     b.add_argument("--fps", type=int, default=30, help="control rate in Hz (default 30)")
-    b.add_argument("--seconds", type=float, default=10.0, help="recorded loop length (default 10)")
-    b.add_argument("--codec", default="libsvtav1", help="video encoder (default libsvtav1, as LeRobot)")
+    b.add_argument("--seconds", type=float, default=6.0, help="recorded loop length per row (default 6)")
     b.set_defaults(func=_bench_record)
 
 
@@ -44,12 +46,12 @@ def _bench_record(args: argparse.Namespace) -> int:
     from runtime.bench.record import as_dict, format_table, run_bench
 
     result = run_bench(
-        cameras=args.cameras,
+        codecs=[c.strip() for c in args.codecs.split(",") if c.strip()],
+        cameras=[int(n) for n in args.cameras.split(",") if n.strip()],
         height=args.height,
         width=args.width,
         fps=args.fps,
         seconds=args.seconds,
-        codec=args.codec,
     )
     print(json.dumps(as_dict(result), indent=2) if args.json else format_table(result))
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, deque
 from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -183,4 +184,11 @@ class EpisodeTap:
         )
 
     def status(self) -> dict[str, Any]:
-        return {"active": self.active, "task": self.task, "frames": self.frames, **dict(self.counters)}
+        out = {"active": self.active, "task": self.task, "frames": self.frames, **dict(self.counters)}
+        # the recorder's own counters (frames its encoders dropped, deaths, the codec), where it keeps them
+        recorder_status = getattr(self.recorder, "status", None)
+        if callable(recorder_status):
+            status = recorder_status()
+            if is_dataclass(status) and not isinstance(status, type):
+                out["recorder"] = asdict(status)
+        return out

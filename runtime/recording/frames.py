@@ -5,6 +5,10 @@ vectors and every camera image). The control thread copies a frame into a free s
 slot over; the writer thread hands it back when the frame is on its way to disk. So recording a
 frame allocates nothing large on the control thread, and how far the writer may fall behind is
 exactly the number of slots.
+
+When the cameras are encoded in processes of their own, a slot carries the joint columns only (its
+``images`` is empty) and the camera frames go to the encoders' shared-memory rings instead
+(:mod:`runtime.recording.shm_ring`).
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ class FrameSlot:
 
     __slots__ = ("action", "images", "intervention", "requested", "source", "state", "t_s")
 
-    def __init__(self, features: RecordingFeatures) -> None:
+    def __init__(self, features: RecordingFeatures, *, images: bool = True) -> None:
         n = features.num_joints
         self.t_s = 0.0
         self.state = np.zeros(n, dtype=np.float32)
         self.action = np.zeros(n, dtype=np.float32)
         self.requested = np.zeros(n, dtype=np.float32)
-        self.images = {cam: np.zeros((h, w, 3), dtype=np.uint8) for cam, (h, w) in features.cameras.items()}
+        cameras = features.cameras.items() if images else ()
+        self.images = {cam: np.zeros((h, w, 3), dtype=np.uint8) for cam, (h, w) in cameras}
         self.source = "hold"
         self.intervention = False
 
@@ -63,8 +68,10 @@ def fill_slot(
     images: Mapping[str, npt.NDArray[np.uint8]],
     source: str,
     intervention: bool,
-) -> None:
-    """Check a frame against the features and copy it into ``slot``; names the field that is wrong."""
+) -> dict[str, npt.NDArray[np.uint8]]:
+    """Check a frame against the features and copy it into ``slot``; names the field that is wrong.
+
+    Returns the frame's images by camera name (what a slot without images leaves to the caller)."""
     n = features.num_joints
     st = _vector(STATE, state, n)
     ac = _vector(ACTION, action, n)
@@ -77,29 +84,31 @@ def fill_slot(
             received=repr(source),
         )
     # cameras by name ("front") or by their column ("observation.images.front"), as observations carry them
+    cameras = features.cameras
     chosen: dict[str, npt.NDArray[np.uint8]] = {}
     for key, img in images.items():
         cam = key.removeprefix(IMAGE_PREFIX)
-        if cam not in slot.images or cam in chosen:
+        if cam not in cameras or cam in chosen:
             chosen = {}
             break
         chosen[cam] = img
-    if len(chosen) != len(slot.images):
+    if len(chosen) != len(cameras):
         raise RecordingInputError(
-            f"images: expected cameras {sorted(slot.images)}, got {sorted(images)}",
+            f"images: expected cameras {sorted(cameras)}, got {sorted(images)}",
             field="images",
-            expected=str(sorted(slot.images)),
+            expected=str(sorted(cameras)),
             received=str(sorted(images)),
         )
-    for cam, buf in slot.images.items():
+    for cam, (height, width) in cameras.items():
         img = chosen[cam]
-        if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.shape != buf.shape:
+        shape = (height, width, 3)
+        if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.shape != shape:
             got = f"{img.shape} {img.dtype}" if isinstance(img, np.ndarray) else type(img).__name__
             key = features.image_key(cam)
             raise RecordingInputError(
-                f"{key}: expected a uint8 {buf.shape[0]}x{buf.shape[1]}x3 RGB frame, got {got}",
+                f"{key}: expected a uint8 {height}x{width}x3 RGB frame, got {got}",
                 field=key,
-                expected=f"{buf.shape} uint8",
+                expected=f"{shape} uint8",
                 received=got,
             )
     # every check passed: only now touch the slot, so a refused frame leaves nothing half-copied
@@ -111,3 +120,4 @@ def fill_slot(
     slot.t_s = float(t_s)
     slot.source = source
     slot.intervention = bool(intervention)
+    return chosen

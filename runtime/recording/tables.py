@@ -123,6 +123,7 @@ def episodes_schema(features: Mapping[str, Mapping[str, Any]]) -> Any:
     for key, ft in stats_features(features).items():
         ndim = 3 if ft["dtype"] == "video" else 1
         fields += [arrow.field(f"stats/{key}/{s}", _stat_type(ft["dtype"], s, ndim)) for s in STAT_KEYS]
+    fields += drop_fields(features)
     fields += [
         arrow.field("meta/episodes/chunk_index", arrow.int64()),
         arrow.field("meta/episodes/file_index", arrow.int64()),
@@ -135,6 +136,35 @@ def stats_features(features: Mapping[str, Mapping[str, Any]]) -> dict[str, Mappi
     videos = {k: ft for k, ft in features.items() if ft["dtype"] == "video"}
     rest = {k: ft for k, ft in features.items() if ft["dtype"] not in ("video", "string")}
     return {**videos, **rest}
+
+
+DROPS_PREFIX = "recording/"  # this recorder's own episode columns; LeRobot reads past them
+
+
+def drop_fields(features: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """Episode columns counting the ticks left out because a camera's encoder was behind."""
+    arrow = pa()
+    fields = [
+        arrow.field(f"{DROPS_PREFIX}frames_dropped", arrow.int64()),
+        arrow.field(f"{DROPS_PREFIX}drop_rate", arrow.float64()),
+        arrow.field(f"{DROPS_PREFIX}drops_over_limit", arrow.bool_()),
+    ]
+    for key, ft in features.items():
+        if ft["dtype"] == "video":
+            fields.append(arrow.field(f"{DROPS_PREFIX}{key}/frames_dropped", arrow.int64()))
+    return fields
+
+
+def drop_columns(image_keys: Sequence[str], drops: Any) -> dict[str, Any]:
+    """The drop columns' values for one episode (``drops``: an ``EpisodeDrops``, None: none counted)."""
+    row: dict[str, Any] = {
+        f"{DROPS_PREFIX}frames_dropped": drops.ticks if drops else 0,
+        f"{DROPS_PREFIX}drop_rate": drops.rate if drops else 0.0,
+        f"{DROPS_PREFIX}drops_over_limit": drops.over_limit if drops else False,
+    }
+    for key in image_keys:
+        row[f"{DROPS_PREFIX}{key}/frames_dropped"] = drops.per_camera.get(key, 0) if drops else 0
+    return row
 
 
 def episode_row(meta: Mapping[str, Any], stats: Mapping[str, Stats]) -> dict[str, Any]:

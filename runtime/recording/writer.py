@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from runtime.errors import RecordingError
 from runtime.recording import layout, tables
+from runtime.recording.encoder_process import EncodedVideo
 from runtime.recording.features import (
     ACTION,
     CONTROL_TIME,
@@ -43,6 +44,21 @@ from runtime.recording.video import EpisodeVideo, VideoSettings, append_video, v
 log = logging.getLogger(__name__)
 
 STAGING_DIR = ".recording"  # the writer's lock, and per-episode videos while they are being encoded
+
+
+@dataclass(frozen=True)
+class EpisodeDrops:
+    """Ticks of an episode left out because a camera's encoder was behind (its ring was full).
+
+    ``per_camera``: camera column -> ticks it had no free slot for; ``ticks``: ticks left out (a tick
+    is recorded for every camera or for none, so the rows and every video keep the same frames);
+    ``rate``: ``ticks / (ticks + frames recorded)``; ``over_limit``: ``rate`` exceeded
+    ``[recording] max_drop_rate``."""
+
+    per_camera: dict[str, int]
+    ticks: int
+    rate: float
+    over_limit: bool
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,9 @@ class _Episode:
         self.intervention: list[bool] = []
         self.videos: dict[str, EpisodeVideo] = {}
         self.image_stats: dict[str, ImageStats] = {}
+        # encoded elsewhere (an encoder process per camera): the finished files, handed in at the end
+        self.encoded: dict[str, EncodedVideo] = {}
+        self.drops: EpisodeDrops | None = None
 
     @property
     def frames(self) -> int:
@@ -94,7 +113,12 @@ class _Episode:
 
 
 class DatasetWriter:
-    """A LeRobot v3.0 dataset at ``root``, created or continued; one thread only."""
+    """A LeRobot v3.0 dataset at ``root``, created or continued; one thread only.
+
+    ``encode_video=False``: camera frames are encoded elsewhere (by the recorder's encoder
+    processes); ``write_frame`` takes the joint columns only and ``attach_encoded`` hands each
+    camera's finished file in before ``finish_episode``.
+    """
 
     def __init__(
         self,
@@ -104,11 +128,13 @@ class DatasetWriter:
         video: VideoSettings | None = None,
         data_file_size_mb: float = layout.DATA_FILE_SIZE_MB,
         video_file_size_mb: float = layout.VIDEO_FILE_SIZE_MB,
+        encode_video: bool = True,
     ) -> None:
         self.root = Path(root)
         self.features = features
         self.video = video or VideoSettings()
-        if features.cameras:
+        self.encode_video = encode_video
+        if features.cameras and encode_video:
             self.video.check_available()
         self._data_limit_mb = data_file_size_mb
         self._video_limit_mb = video_file_size_mb
@@ -243,7 +269,7 @@ class DatasetWriter:
         ep = _Episode(self.total_episodes, task)
         staging = self.root / STAGING_DIR / f"episode-{ep.index:06d}"
         try:
-            for cam, (height, width) in self.features.cameras.items():
+            for cam, (height, width) in self.features.cameras.items() if self.encode_video else ():
                 key = self.features.image_key(cam)
                 ep.videos[key] = EpisodeVideo(staging / f"{key}.mp4", self.features.fps, height, width, self.video)
                 ep.image_stats[key] = ImageStats()
@@ -258,7 +284,7 @@ class DatasetWriter:
         ep = self._episode
         if ep is None:
             raise RecordingError("write_frame: no episode is open")
-        for cam, image in frame.images.items():
+        for cam, image in frame.images.items() if self.encode_video else ():
             key = self.features.image_key(cam)
             ep.videos[key].add(image)
             ep.image_stats[key].add(image)
@@ -269,12 +295,29 @@ class DatasetWriter:
         ep.source.append(frame.source)
         ep.intervention.append(frame.intervention)
 
+    def attach_encoded(self, videos: dict[str, EncodedVideo], drops: EpisodeDrops | None = None) -> None:
+        """The open episode's camera files (camera column -> file), encoded elsewhere, and the ticks
+        left out while they were; each file must hold one frame per row."""
+        ep = self._episode
+        if ep is None:
+            raise RecordingError("attach_encoded: no episode is open")
+        missing = sorted(set(self.features.image_keys) - set(videos))
+        if missing:
+            raise RecordingError(f"attach_encoded: expected a file for every camera, got none for {missing}")
+        for key, video in videos.items():
+            if video.frames != ep.frames:
+                raise RecordingError(f"{key}: expected {ep.frames} encoded frames (one per row), got {video.frames}")
+        ep.encoded = dict(videos)
+        ep.drops = drops
+
     def abort_episode(self) -> None:
         ep, self._episode = self._episode, None
         if ep is None:
             return
         for v in ep.videos.values():
             v.abort()
+        for encoded in ep.encoded.values():
+            encoded.path.unlink(missing_ok=True)
         shutil.rmtree(self.root / STAGING_DIR / f"episode-{ep.index:06d}", ignore_errors=True)
 
     def finish_episode(self) -> EpisodeSummary | None:
@@ -313,7 +356,10 @@ class DatasetWriter:
             "index": np.arange(first_index, first_index + n, dtype=np.int64),
             "task_index": np.full(n, task_index, dtype=np.int64),
         }
+        if not self.encode_video and self.features.cameras and not ep.encoded:
+            raise RecordingError(f"episode {ep.index}: no camera files were attached (attach_encoded)")
         stats: dict[str, Stats] = {key: ep.image_stats[key].result() for key in ep.image_stats}
+        stats.update({key: video.stats for key, video in ep.encoded.items()})
         for key, ft in self._ft.items():
             if ft["dtype"] not in ("video", "string"):
                 stats[key] = column_stats(np.asarray(columns[key]))
@@ -323,6 +369,9 @@ class DatasetWriter:
         meta["dataset_to_index"] = first_index + n
         for key, video in ep.videos.items():
             meta.update(self._append_video(key, video.finish(), n))
+        for key, encoded in ep.encoded.items():
+            meta.update(self._append_video(key, encoded.path, n))
+        meta.update(tables.drop_columns(self.features.image_keys, ep.drops))
         self._append_episode_row(tables.episode_row(meta, stats))
         tables.write_table(tables.tasks_table(self._tasks), self.root / layout.TASKS_PATH)
         self._stats = combine([self._stats, stats]) if self._stats else stats

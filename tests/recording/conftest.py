@@ -3,6 +3,8 @@ after lossy video coding (each frame is a flat grey level plus a gradient)."""
 
 from __future__ import annotations
 
+import multiprocessing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +75,18 @@ def add(recorder: object, tick: Tick, camera: str = "front") -> bool:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path / "dataset"
+
+
+def shm_segments() -> set[str]:
+    from runtime.recording.shm_ring import NAME_PREFIX
+
+    return {p.name for p in Path("/dev/shm").glob(NAME_PREFIX + "*")}
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """Fails the test if it leaves a frame ring's shared memory or a child process behind."""
+    before = shm_segments()
+    yield
+    assert shm_segments() - before == set(), "shared memory segments left behind"
+    assert multiprocessing.active_children() == [], "child processes left behind"

@@ -107,7 +107,11 @@ def test_the_command(dataset: Path, capsys: pytest.CaptureFixture[str], tmp_path
 
 def test_bench_record_json(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "record", "--json", "--height", "48", "--width", "64", "--seconds", "0.5", "--fps", "20"]
-    assert main(args) == 0
+    assert main([*args, "--codecs", "libx264", "--cameras", "1,2"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["ticks"] == 10 and result["frames_written"] == 10 and result["overruns"] == 0
-    assert result["writer_ms_per_frame"] > 0 and set(result["add_frame_ms"]) >= {"median", "p99"}
+    assert [(r["codec"], r["cameras"]) for r in result["rows"]] == [("libx264", 1), ("libx264", 2)]
+    for row in result["rows"]:
+        assert row["ticks"] == 10 and row["overruns"] == 0
+        assert row["frames_written"] + round(row["drop_rate"] * 10) == 10
+        assert row["encoder_ms_per_frame"] > 0 and set(row["add_frame_ms"]) >= {"median", "p99"}
+    assert set(result["auto"]) == {"1", "2"}

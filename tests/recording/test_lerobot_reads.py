@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.recording import DatasetWriter, EpisodeRecorder, RecordingFeatures
+from runtime.recording import DatasetWriter, EpisodeRecorder, RecordingConfig, RecordingFeatures
 from tests.recording.conftest import Tick, add, ticks
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning")
@@ -113,3 +113,23 @@ def test_lerobot_decodes_the_frames(recorded: tuple[Path, list[Tick]]) -> None:
         want = frames[i].image.transpose(2, 0, 1) / 255.0
         assert float(np.abs(image.numpy() - want).mean()) < 3 / 255
         assert item["task"] == ("pick the cube" if i < 7 else "place the cube")
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("codec", ["libx264", "libsvtav1"])
+def test_lerobot_loads_what_the_encoder_processes_wrote(root: Path, features: RecordingFeatures, codec: str) -> None:
+    LeRobotDataset = lerobot_dataset_class()
+    frames = ticks(9, seed=3)
+    config = RecordingConfig(dataset_dir=str(root), codec=codec)
+    with EpisodeRecorder.create(config, features) as recorder:
+        recorder.start_episode("pick the cube")
+        for t in frames:
+            add(recorder, t)
+        recorder.end_episode()
+    ds = LeRobotDataset("local/encoded", root=root)
+    assert (ds.num_episodes, ds.num_frames) == (1, 9)
+    info = ds.meta.info["features"]["observation.images.front"]["info"]
+    assert info["video.codec"] == {"libx264": "h264", "libsvtav1": "av1"}[codec]
+    ep = ds.meta.episodes[0]
+    assert ep["recording/frames_dropped"] == 0 and ep["recording/drops_over_limit"] is False
+    assert ep["videos/observation.images.front/to_timestamp"] == pytest.approx(9 / 30)
