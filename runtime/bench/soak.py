@@ -129,7 +129,7 @@ def _start_motion(endpoint: str) -> None:
     from runtime.protocol.errors import ControlRefusedError
 
     deadline = time.monotonic() + START_TIMEOUT_S
-    with PolicyClient(endpoint, timeout_s=2.0) as client:
+    with PolicyClient(endpoint, timeout_s=30.0) as client:
         while True:
             try:
                 client.control("start", who="bench soak")
