@@ -27,3 +27,26 @@ def act_bundle(act_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
     os.sched_setaffinity(0, before)
     assert status == 0
     return out
+
+
+def _export(checkpoint: Path, out: Path) -> Path:
+    from runtime.cli import main
+
+    before = os.sched_getaffinity(0)
+    status = main(["export", "--lerobot", str(checkpoint), "--out", str(out), "--action-names", ",".join(JOINTS)])
+    os.sched_setaffinity(0, before)
+    assert status == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def tdmpc_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from runtime.policies.lerobot_checkpoints import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("lerobot") / "tdmpc", "tdmpc", "tiny")
+
+
+@pytest.fixture(scope="session")
+def tdmpc_bundle(tdmpc_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _export(tdmpc_checkpoint, tmp_path_factory.mktemp("bundles") / "tdmpc")
+

@@ -18,7 +18,8 @@ Modules, each with one concern (none imports this package, so there is no import
 * ``family``: what a family's module provides to the generic graph;
 * ``graph``: the generic traceable module (images, normalisation, batch) and its example inputs;
 * ``plan``: the export plan and ``export_lerobot``;
-* ``act``, ``diffusion``: what is specific to each family.
+* ``draws``: a policy's random draws read from noise inputs the server draws;
+* ``act``, ``diffusion``, ``tdmpc``, ``vqbet``: what is specific to each family.
 """
 
 from runtime.bundle.lerobot.checkpoint import CHECKPOINT_FILES, Checkpoint, Feature, joint_names, read_checkpoint

@@ -24,6 +24,7 @@ class FamilyConfig:
 FAMILIES: Final = {
     "act": FamilyConfig("runtime.bundle.lerobot.act", "chunk_size", "n_action_steps"),
     "diffusion": FamilyConfig("runtime.bundle.lerobot.diffusion", "horizon", "n_action_steps"),
+    "tdmpc": FamilyConfig("runtime.bundle.lerobot.tdmpc", "horizon", "n_action_steps"),
 }
 SUPPORTED_POLICIES: Final = tuple(FAMILIES)
 
