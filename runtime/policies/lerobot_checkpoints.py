@@ -23,7 +23,7 @@ SO101_ACTION_NAMES = (
     "gripper.pos",
 )
 Size = Literal["tiny", "default", "act"]
-PolicyType = Literal["act", "diffusion", "tdmpc"]
+PolicyType = Literal["act", "diffusion", "tdmpc", "vqbet"]
 
 
 def _stats(torch: Any, camera: str, dim: int, seed: int) -> dict[str, dict[str, Any]]:
@@ -81,6 +81,39 @@ def _tdmpc(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Si
     return policy
 
 
+def _vqbet(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Size) -> Any:
+    from lerobot.policies.vqbet.configuration_vqbet import VQBeTConfig
+    from lerobot.policies.vqbet.modeling_vqbet import VQBeTPolicy
+
+    shape: dict[str, Any] = (
+        {
+            "n_obs_steps": 2,
+            "n_action_pred_token": 2,
+            "action_chunk_size": 3,
+            "crop_shape": (80, 112),
+            "spatial_softmax_num_keypoints": 16,
+            "vqvae_n_embed": 8,
+            "vqvae_embedding_dim": 32,
+            "vqvae_enc_hidden_dim": 32,
+            "gpt_block_size": 32,
+            "gpt_input_dim": 64,
+            "gpt_output_dim": 64,
+            "gpt_n_layer": 2,
+            "gpt_n_head": 2,
+            "gpt_hidden_dim": 64,
+        }
+        if size == "tiny"
+        else {"crop_shape": (420, 560)}  # LeRobot's defaults otherwise: 5 frames, GPT 8x512, 16 codes
+    )
+    cfg = VQBeTConfig(
+        input_features=inputs, output_features=outputs, pretrained_backbone_weights=None, device="cpu", **shape
+    )
+    policy = VQBeTPolicy(cfg)
+    # a trained checkpoint's residual VQ is frozen ("discretized"); LeRobot warns at inference otherwise
+    policy.vqbet.action_head.vqvae_model.discretized.fill_(True)
+    return policy
+
+
 def write_checkpoint(
     out: str | Path,
     policy_type: PolicyType = "act",
@@ -129,6 +162,9 @@ def write_checkpoint(
     elif policy_type == "tdmpc":
         policy = _tdmpc(torch, inputs, outputs, size)
         cfg = policy.config
+    elif policy_type == "vqbet":
+        policy = _vqbet(torch, inputs, outputs, size)
+        cfg = policy.config
     else:
         from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
         from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
@@ -164,13 +200,13 @@ def write_checkpoint(
 
 
 if __name__ == "__main__":
-    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc] [tiny|default]
+    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc|vqbet] [tiny|default]
     import sys
 
     args = sys.argv[1:]
     if not args:
         raise SystemExit(
-            "usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc] [tiny|default]"
+            "usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc|vqbet] [tiny|default]"
         )
     kind = args[1] if len(args) > 1 else "act"
     size = args[2] if len(args) > 2 else "default"

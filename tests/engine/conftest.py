@@ -50,3 +50,14 @@ def tdmpc_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tdmpc_bundle(tdmpc_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _export(tdmpc_checkpoint, tmp_path_factory.mktemp("bundles") / "tdmpc")
 
+
+@pytest.fixture(scope="session")
+def vqbet_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from runtime.policies.lerobot_checkpoints import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("lerobot") / "vqbet", "vqbet", "tiny")
+
+
+@pytest.fixture(scope="session")
+def vqbet_bundle(vqbet_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _export(vqbet_checkpoint, tmp_path_factory.mktemp("bundles") / "vqbet")

@@ -17,8 +17,13 @@ from unittest import mock
 
 @contextlib.contextmanager
 def replayed_draws(
-    randn: Sequence[Any] = (), randint: Sequence[Any] = (), multinomial: Sequence[Any] = ()
+    randn: Sequence[Any] = (),
+    randint: Sequence[Any] = (),
+    multinomial: Sequence[Any] = (),
+    margins: list[float] | None = None,
 ) -> Iterator[None]:
+    """``margins``, when given, gets each categorical draw's distance (in probability) from the nearest
+    boundary between categories: how far the probabilities may move before another category is drawn."""
     import torch
 
     normals, integers, categories = list(randn), list(randint), list(multinomial)
@@ -46,7 +51,10 @@ def replayed_draws(
         x = categories.pop(0).reshape(-1, 1)
         assert x.shape[0] == p.shape[0]
         cdf = torch.cumsum(p, -1)
-        return (cdf < phi(x) * cdf[:, -1:]).long().sum(-1, keepdim=True).clamp(max=p.shape[-1] - 1)
+        threshold = phi(x) * cdf[:, -1:]
+        if margins is not None:
+            margins.append(float(((cdf - threshold).abs() / cdf[:, -1:]).min()))
+        return (cdf < threshold).long().sum(-1, keepdim=True).clamp(max=p.shape[-1] - 1)
 
     with (
         mock.patch("torch.randn", f_randn),
