@@ -39,7 +39,9 @@ def categorical(probs: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     cdf = torch.cumsum(probs, dim=-1)
     # multinomial takes unnormalised weights: compare u with the cumulative share, not the sum
     threshold = uniform(x).reshape(-1, 1) * cdf[:, -1:]
-    index = (cdf < threshold).to(torch.long).sum(dim=-1, keepdim=True)
+    # counted in float (exact for any number of categories a policy has): an int64 sum inside the
+    # OpenVINO delegate is computed in 32 bits, which the lowering checks warn about
+    index = (cdf < threshold).to(probs.dtype).sum(dim=-1, keepdim=True).to(torch.long)
     return index.clamp(max=probs.shape[-1] - 1)
 
 

@@ -2,7 +2,10 @@
 
 ``predict_action_chunk`` encodes the observation and plans with LeRobot's ``TDMPCPolicy.plan``; the
 program runs that code as it is, with each random draw read from a noise input (runtime.bundle.lerobot
-.draws), so with the same noise the chunk is LeRobot's. The draws, in LeRobot's order:
+.draws), so with the same noise the chunk is LeRobot's. Three of its ops are traced in another form
+with the same numbers, for torch.export and OpenVINO's partitioner: the elite pick's index
+(``_draws``), ``take_along_dim`` (``_gathers``) and ``torch.empty`` (``draws``). The draws, in
+LeRobot's order:
 
 * ``noise.pi``: the policy prior's exploration noise for its ``n_pi_samples`` rollouts, [horizon,
   n_pi_samples, action_dim] (``model.pi(z, min_std)``);
