@@ -2,7 +2,9 @@
 
 Random weights, SO-101-like features (one camera by default, or front and wrist; 6 joint positions)
 and normalisation statistics of the magnitudes a real SO-101 dataset has (joint positions of tens of
-degrees), so relative and absolute errors differ as they do in real use. Needs LeRobot (see runtime.bundle.lerobot).
+degrees), so relative and absolute errors differ as they do in real use. Sizes: ``tiny`` (small enough
+that an export takes seconds, for tests) and ``default`` (LeRobot's own defaults for the family, for
+benchmarks; ``act`` is the older name of the same). Needs LeRobot (see runtime.bundle.lerobot).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ SO101_ACTION_NAMES = (
     "wrist_roll.pos",
     "gripper.pos",
 )
-Size = Literal["tiny", "act"]
+Size = Literal["tiny", "default", "act"]
+PolicyType = Literal["act", "diffusion", "tdmpc", "vqbet"]
 
 
 def _stats(torch: Any, cameras: tuple[str, ...], dim: int, seed: int) -> dict[str, dict[str, Any]]:
@@ -50,9 +53,73 @@ def _stats(torch: Any, cameras: tuple[str, ...], dim: int, seed: int) -> dict[st
     }
 
 
+def _tdmpc(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Size) -> Any:
+    from lerobot.policies.tdmpc.configuration_tdmpc import TDMPCConfig
+    from lerobot.policies.tdmpc.modeling_tdmpc import TDMPCPolicy
+
+    shape: dict[str, Any] = (
+        {
+            "horizon": 4,
+            "n_action_steps": 4,  # the whole plan per request, as a chunk
+            "n_action_repeats": 1,
+            "latent_dim": 16,
+            "mlp_dim": 32,
+            "image_encoder_hidden_dim": 8,
+            "state_encoder_hidden_dim": 32,
+            "n_gaussian_samples": 32,
+            "n_pi_samples": 8,
+            "n_elites": 8,
+            "cem_iterations": 2,
+            "q_ensemble_size": 5,  # > 2: the terminal value's random pick of two Q functions is drawn
+        }
+        if size == "tiny"
+        else {}  # LeRobot's defaults: horizon 5, 512 Gaussian + 51 policy samples, 6 CEM iterations
+    )
+    policy = TDMPCPolicy(TDMPCConfig(input_features=inputs, output_features=outputs, device="cpu", **shape))
+    # LeRobot zeroes the reward and Q heads' last layers at init, so an untrained model values every
+    # trajectory at 0 and CEM's elites are a tie; random heads give the planner something to rank.
+    for head in (policy.model._reward, *policy.model._Qs):
+        torch.nn.init.normal_(head[-1].weight, std=0.5)
+        torch.nn.init.normal_(head[-1].bias, std=0.1)
+    return policy
+
+
+def _vqbet(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Size) -> Any:
+    from lerobot.policies.vqbet.configuration_vqbet import VQBeTConfig
+    from lerobot.policies.vqbet.modeling_vqbet import VQBeTPolicy
+
+    shape: dict[str, Any] = (
+        {
+            "n_obs_steps": 2,
+            "n_action_pred_token": 2,
+            "action_chunk_size": 3,
+            "crop_shape": (80, 112),
+            "spatial_softmax_num_keypoints": 16,
+            "vqvae_n_embed": 8,
+            "vqvae_embedding_dim": 32,
+            "vqvae_enc_hidden_dim": 32,
+            "gpt_block_size": 32,
+            "gpt_input_dim": 64,
+            "gpt_output_dim": 64,
+            "gpt_n_layer": 2,
+            "gpt_n_head": 2,
+            "gpt_hidden_dim": 64,
+        }
+        if size == "tiny"
+        else {"crop_shape": (420, 560)}  # LeRobot's defaults otherwise: 5 frames, GPT 8x512, 16 codes
+    )
+    cfg = VQBeTConfig(
+        input_features=inputs, output_features=outputs, pretrained_backbone_weights=None, device="cpu", **shape
+    )
+    policy = VQBeTPolicy(cfg)
+    # a trained checkpoint's residual VQ is frozen ("discretized"); LeRobot warns at inference otherwise
+    policy.vqbet.action_head.vqvae_model.discretized.fill_(True)
+    return policy
+
+
 def write_checkpoint(
     out: str | Path,
-    policy_type: Literal["act", "diffusion"] = "act",
+    policy_type: PolicyType = "act",
     size: Size = "tiny",
     *,
     image_hw: tuple[int, int] | None = None,
@@ -68,8 +135,13 @@ def write_checkpoint(
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import make_pre_post_processors
 
-    names = tuple(f"observation.images.{c}" for c in cameras)
-    h, w = image_hw or ((96, 128) if size == "tiny" else (480, 640))
+    # LeRobot's TD-MPC runs only with its camera named observation.image (see runtime.bundle.lerobot.tdmpc)
+    names = ("observation.image",) if policy_type == "tdmpc" else tuple(f"observation.images.{c}" for c in cameras)
+    # TD-MPC's encoder takes square images only; 84x84 is what LeRobot's TD-MPC datasets have
+    default_hw = (64, 64) if size == "tiny" else (84, 84)
+    if policy_type != "tdmpc":
+        default_hw = (96, 128) if size == "tiny" else (480, 640)
+    h, w = image_hw or default_hw
     inputs = {
         **{camera: PolicyFeature(FeatureType.VISUAL, (3, h, w)) for camera in names},
         "observation.state": PolicyFeature(FeatureType.STATE, (6,)),
@@ -94,6 +166,12 @@ def write_checkpoint(
             **shape,
         )
         policy: Any = ACTPolicy(cfg)
+    elif policy_type == "tdmpc":
+        policy = _tdmpc(torch, inputs, outputs, size)
+        cfg = policy.config
+    elif policy_type == "vqbet":
+        policy = _vqbet(torch, inputs, outputs, size)
+        cfg = policy.config
     else:
         from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
         from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
@@ -129,15 +207,16 @@ def write_checkpoint(
 
 
 if __name__ == "__main__":
-    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act] [CAMERA,CAMERA...]
+    # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc|vqbet] [tiny|default] [front,wrist]
     import sys
 
     args = sys.argv[1:]
     if not args:
         raise SystemExit(
-            "usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion] [tiny|act] [front,wrist]"
+            "usage: python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc|vqbet] "
+            "[tiny|default] [front,wrist]"
         )
     kind = args[1] if len(args) > 1 else "act"
-    size = args[2] if len(args) > 2 else "act"
+    size = args[2] if len(args) > 2 else "default"
     cams = tuple(args[3].split(",")) if len(args) > 3 else ("front",)
     print(write_checkpoint(args[0], kind, size, cameras=cams))  # type: ignore[arg-type]

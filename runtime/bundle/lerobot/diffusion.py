@@ -10,13 +10,16 @@ DDPM draws fresh noise inside every step; it is refused with the way out (DDIM).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import torch
 
+from runtime.bundle.lerobot.family import Family
+from runtime.bundle.lerobot.loader import LoadedCheckpoint
 from runtime.errors import ExportError
 
-OBS_IMAGES = "observation.images"
+OBS_IMAGES: Final = "observation.images"
+NOISE_INPUT: Final = "noise"  # the initial sample, filled per request by the server
 
 
 def check_scheduler(policy: Any) -> None:
@@ -52,3 +55,29 @@ def sample_actions(policy: Any, batch: dict[str, torch.Tensor], noise: torch.Ten
         model_output = diffusion.unet(sample, step, global_cond=global_cond)
         sample = scheduler.step(model_output, t, sample).prev_sample
     return sample
+
+
+class DiffusionFamily(Family):
+    policy_type = "diffusion"
+    policy_class = ("lerobot.policies.diffusion.modeling_diffusion", "DiffusionPolicy")
+
+    def __init__(self, loaded: LoadedCheckpoint) -> None:
+        super().__init__(loaded)
+        self.timesteps: list[int] = []
+
+    def check(self) -> None:
+        check_scheduler(self.policy)
+        self.timesteps = timesteps(self.policy)
+
+    def first_step(self) -> int:
+        # LeRobot's Diffusion Policy executes steps n_obs_steps-1 .. +n_action_steps of its horizon
+        return self.checkpoint.n_obs_steps - 1
+
+    def noise_inputs(self) -> dict[str, tuple[int, ...]]:
+        return {NOISE_INPUT: (self.checkpoint.chunk_size, self.checkpoint.action.shape[0])}
+
+    def predict(self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor]) -> torch.Tensor:
+        return sample_actions(self.policy, batch, noise[NOISE_INPUT].unsqueeze(0), self.timesteps)
+
+
+FAMILY = DiffusionFamily

@@ -2,8 +2,9 @@
 
 Inputs are unbatched and in the checkpoint's feature order, named as LeRobot names them
 (``observation.images.front``, ``observation.state``): cameras as ``uint8`` [H, W, 3], the rest as
-float32. Policies that look at ``n_obs_steps > 1`` observations take each input with that many
-frames first ([n_obs_steps, H, W, 3]); the server keeps the history (see runtime.server.history).
+float32, then the family's noise inputs. Policies that look at ``n_obs_steps > 1`` observations take
+each observation input with that many frames first ([n_obs_steps, H, W, 3]); the server keeps the
+history (see runtime.server.history).
 """
 
 from __future__ import annotations
@@ -13,31 +14,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from runtime.bundle.lerobot import NOISE_INPUT, LoadedCheckpoint
+from runtime.bundle.lerobot.family import Family
+from runtime.bundle.lerobot.loader import LoadedCheckpoint
 
 
 class LeRobotGraph(nn.Module):
     """LeRobot's inference pipeline for one observation, as one traceable module."""
 
-    def __init__(self, loaded: LoadedCheckpoint, n_action_steps: int) -> None:
+    def __init__(self, family: Family, n_action_steps: int) -> None:
         super().__init__()
+        loaded = family.loaded
         ckpt = loaded.checkpoint
+        self.family = family
+        # registered here so torch.export lifts their weights and statistics
         self.policy = loaded.policy
         self.normalizer = loaded.normalizer
         self.unnormalizer = loaded.unnormalizer
         self.names = [f.name for f in ckpt.inputs]
+        self.noise_names = list(family.noise_inputs())
         self.images = {f.name for f in ckpt.inputs if f.type == "VISUAL"}
-        self.history = ckpt.n_obs_steps > 1
-        self.diffusion = ckpt.policy_type == "diffusion"
         self.n_action_steps = n_action_steps
-        self.first_step = 0
-        self.timesteps: list[int] = []
-        if self.diffusion:
-            from runtime.bundle.lerobot_diffusion import timesteps
-
-            # LeRobot's Diffusion Policy executes steps n_obs_steps-1 .. +n_action_steps of its horizon
-            self.first_step = ckpt.n_obs_steps - 1
-            self.timesteps = timesteps(self.policy)
+        self.first_step = family.first_step()
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         batch: dict[str, Any] = {}
@@ -48,23 +45,21 @@ class LeRobotGraph(nn.Module):
                 x = (x.to(torch.float32) / 255).permute(*range(n - 3), n - 1, n - 3, n - 2)
             batch[name] = x.unsqueeze(0)
         batch = self.normalizer._normalize_observation(batch, inverse=False)
-        if self.diffusion:
-            from runtime.bundle.lerobot_diffusion import sample_actions
-
-            actions = sample_actions(self.policy, batch, inputs[len(self.names)].unsqueeze(0), self.timesteps)
-        else:
-            actions = self.policy.predict_action_chunk(batch)
+        noise = dict(zip(self.noise_names, inputs[len(self.names) :], strict=True))
+        actions = self.family.predict(batch, noise)
         actions = self.unnormalizer._normalize_action(actions, inverse=True)
         out: torch.Tensor = actions[0, self.first_step : self.first_step + self.n_action_steps]
         return out
 
 
-def example_inputs(loaded: LoadedCheckpoint, seed: int = 0) -> dict[str, torch.Tensor]:
+def example_inputs(family: Family, seed: int = 0) -> dict[str, torch.Tensor]:
     """Seeded inputs of the program's shapes: the bundle's test case.
 
     State and environment inputs are drawn around the normalisation statistics, so the normalised
-    values the network sees are of order one, as in real use.
+    values the network sees are of order one, as in real use; noise inputs are standard normals, as
+    the server draws them.
     """
+    loaded: LoadedCheckpoint = family.loaded
     ckpt = loaded.checkpoint
     gen = torch.Generator().manual_seed(seed)
     frames = (ckpt.n_obs_steps,) if ckpt.n_obs_steps > 1 else ()
@@ -82,6 +77,6 @@ def example_inputs(loaded: LoadedCheckpoint, seed: int = 0) -> dict[str, torch.T
         elif "min" in s and "max" in s:
             x = s["min"].float() + (x.clamp(-2, 2) + 2) / 4 * (s["max"] - s["min"]).float()
         out[f.name] = x.contiguous()
-    if ckpt.policy_type == "diffusion":
-        out[NOISE_INPUT] = torch.randn(ckpt.chunk_size, ckpt.action.shape[0], generator=gen)
+    for name, shape in family.noise_inputs().items():
+        out[name] = torch.randn(*shape, generator=gen)
     return out

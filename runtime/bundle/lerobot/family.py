@@ -1,0 +1,51 @@
+"""What a policy family's module provides to the generic export plan and graph.
+
+The generic graph (runtime.bundle.lerobot.graph) does what every LeRobot policy shares: uint8
+cameras to float channels-first, the preprocessor's normalisation, the batch of one, the
+postprocessor's un-normalisation. A family supplies the rest: the LeRobot class, what it refuses, the
+steps it serves, the noise it takes and the normalised chunk LeRobot's inference computes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from runtime.bundle.lerobot.loader import LoadedCheckpoint
+
+
+class Family:
+    """One policy family's part of the graph; a subclass per family, instantiated per loaded checkpoint."""
+
+    policy_type: ClassVar[str]
+    policy_class: ClassVar[tuple[str, str]]  # LeRobot's module and class name
+
+    def __init__(self, loaded: LoadedCheckpoint) -> None:
+        self.loaded = loaded
+        self.policy = loaded.policy
+        self.checkpoint = loaded.checkpoint
+
+    def check(self) -> None:
+        """Refuse, naming the way out, a configuration a program cannot hold (before any tracing)."""
+
+    def usable_steps(self) -> int:
+        """How many steps of the chunk :meth:`predict` returns can be served."""
+        return self.checkpoint.chunk_size - self.first_step()
+
+    def default_steps(self) -> int:
+        """The steps served by default: those LeRobot's ``select_action`` executes per chunk."""
+        return self.checkpoint.n_action_steps
+
+    def first_step(self) -> int:
+        """The first step of the chunk LeRobot executes."""
+        return 0
+
+    def noise_inputs(self) -> dict[str, tuple[int, ...]]:
+        """The program's noise inputs (name -> shape), standard normals the server draws per request."""
+        return {}
+
+    def predict(self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The normalised chunk for a normalised, batched observation: (1, steps, action_dim)."""
+        raise NotImplementedError

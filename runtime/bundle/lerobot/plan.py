@@ -1,0 +1,116 @@
+"""The export plan for a LeRobot checkpoint: the graph factory and the ``export_bundle`` keywords.
+
+What every family shares is decided here (the steps served, joint names, the parity scale, input
+roles, the source record); what differs is asked of the family's module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from runtime.bundle.lerobot.checkpoint import joint_names, read_checkpoint
+from runtime.bundle.lerobot.families import family_class
+from runtime.bundle.lerobot.loader import action_scale, load_checkpoint
+from runtime.errors import ExportError
+from runtime.versions import package_version
+
+log = logging.getLogger(__name__)
+
+FEATURE_ROLES: Final = {"VISUAL": "image", "STATE": "state", "ENV": "env"}  # LeRobot FeatureType -> input role
+
+
+def lerobot_export_plan(
+    checkpoint: str | Path,
+    *,
+    n_action_steps: int | None = None,
+    action_names: tuple[str, ...] | None = None,
+    policy_name: str | None = None,
+) -> tuple[Callable[[], tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """The factory (graph and example inputs) and the ``export_bundle`` keywords for a checkpoint."""
+    ckpt = read_checkpoint(checkpoint)
+    dim = ckpt.action.shape[0]
+    names = action_names or joint_names(ckpt)
+    if names is None:
+        names = tuple(f"joint_{i}" for i in range(dim))
+        log.warning(
+            "%s: no joint names in the checkpoint (LeRobot keeps them in the dataset's meta/info.json); "
+            "using %s..%s: pass --action-names to name them",
+            ckpt.path,
+            names[0],
+            names[-1],
+        )
+    if len(names) != dim:
+        raise ExportError(f"--action-names: the action has {dim} values per step, {len(names)} names given")
+    loaded = load_checkpoint(ckpt)
+    family = family_class(ckpt.policy_type)(loaded)
+    family.check()
+    limit = family.usable_steps()
+    steps = n_action_steps or family.default_steps()
+    if not 1 <= steps <= limit:
+        raise ExportError(
+            f"--n-action-steps: expected 1..{limit} (the policy predicts {limit} usable steps), got {steps}"
+        )
+    scale, what = action_scale(loaded)
+
+    def factory() -> tuple[Any, dict[str, Any]]:
+        from runtime.bundle.lerobot.graph import LeRobotGraph, example_inputs
+
+        return LeRobotGraph(family, steps).eval(), example_inputs(family)
+
+    kwargs: dict[str, Any] = {
+        "policy_name": policy_name or f"lerobot_{ckpt.policy_type}",
+        "action_names": names,
+        "image_inputs": tuple(f.name for f in ckpt.inputs if f.type == "VISUAL"),
+        "action_scale": scale,
+        "scale_source": what,
+        "source": {
+            "kind": "lerobot",
+            "policy_type": ckpt.policy_type,
+            "lerobot_version": package_version("lerobot"),
+            "checkpoint": str(ckpt.path.resolve()),
+            "chunk_size": ckpt.chunk_size,
+            "n_action_steps": steps,
+            "n_obs_steps": ckpt.n_obs_steps,
+        },
+        "description": f"LeRobot {ckpt.policy_type} policy from {ckpt.path.name}",
+        "model_batch": 1,  # LeRobot policies take a batch; the graph adds and removes it
+        # from the checkpoint's feature types, not the names: the server keeps history for these roles
+        "input_roles": {
+            **{f.name: FEATURE_ROLES[f.type] for f in ckpt.inputs},
+            **{name: "noise" for name in family.noise_inputs()},
+        },
+        "observation_history": ckpt.n_obs_steps,
+    }
+    return factory, kwargs
+
+
+def export_lerobot(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    device: str = "CPU",
+    precision: str = "f32",
+    n_action_steps: int | None = None,
+    action_names: tuple[str, ...] | None = None,
+    control_rate_hz: float = 30.0,
+    tolerance: Mapping[str, float] | None = None,
+    policy_name: str | None = None,
+) -> Any:
+    """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
+    from runtime.bundle.export import export_bundle
+
+    factory, kwargs = lerobot_export_plan(
+        checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name
+    )
+    return export_bundle(
+        factory,
+        out,
+        device=device,
+        precision=precision,
+        control_rate_hz=control_rate_hz,
+        tolerance=tolerance,
+        **kwargs,
+    )
