@@ -4,6 +4,7 @@ that, never to one CPU kind's behaviour (OpenVINO's CPU plugin defaults to bf16 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def executorch_arithmetic(bundle: Path, device: str = "CPU") -> str:
@@ -31,3 +32,24 @@ def executorch_lowers(bundle: Path, device: str = "CPU") -> bool:
 def executorch_options(bundle: Path) -> dict[str, bool]:
     """EngineConfig options with which the executorch engine loads the bundle on this CPU, whichever kind."""
     return {"accept_lower_arithmetic": True} if executorch_lowers(bundle) else {}
+
+
+def load_on_this_cpu(bundle: Path, engine: str) -> tuple[Any, Any]:
+    """Load ``bundle`` on ``engine`` as the daemon would, accepting the executorch engine's lower
+    arithmetic where this CPU gives it one (the refusal itself is tested in test_engines.py); the
+    caller holds outputs to ``engine.info.precision``. The loader pins the calling thread to the
+    inference CPUs: the test's own affinity is put back. Returns the engine and its LoadReport."""
+    import os
+
+    from runtime.engine.config import EngineConfig
+    from runtime.engine.loader import LoadReport, load_engine
+
+    before = os.sched_getaffinity(0)
+    options = executorch_options(bundle) if engine == "executorch" else {}
+    report = LoadReport()
+    try:
+        config = EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0, **options)  # type: ignore[arg-type]
+        loaded = load_engine(config, report=report)
+    finally:
+        os.sched_setaffinity(0, before)
+    return loaded, report

@@ -196,7 +196,6 @@ def partial_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_partially_delegated_program_runs_on_executorch(partial_bundle: Path) -> None:
     from runtime.bundle.manifest import read_manifest
-
     from tests.engine.arithmetic import executorch_options
 
     assert read_manifest(partial_bundle).programs["CPU"].delegation == "partial"

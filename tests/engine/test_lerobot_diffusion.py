@@ -110,19 +110,9 @@ def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> fl
 
 
 def _load(bundle: Path, engine: str = "openvino") -> tuple[Any, Any]:
-    """Load as the daemon would; where the executorch engine would compute this f32 program at bf16
-    the test accepts it and holds the outputs to what the engine says it computed."""
-    from runtime.engine.config import EngineConfig
-    from runtime.engine.loader import LoadReport, load_engine
-    from tests.engine.arithmetic import executorch_options
+    from tests.engine.arithmetic import load_on_this_cpu
 
-    before = os.sched_getaffinity(0)
-    report = LoadReport()
-    options = executorch_options(bundle) if engine == "executorch" else {}
-    config = EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0, **options)  # type: ignore[arg-type]
-    loaded = load_engine(config, report=report)
-    os.sched_setaffinity(0, before)
-    return loaded, report
+    return load_on_this_cpu(bundle, engine)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ are in normalised units (half the action's min..max range: TD-MPC's MIN_MAX norm
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -88,15 +87,9 @@ def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> fl
 
 
 def _load(bundle: Path, engine: str) -> Any:
-    from runtime.engine.config import EngineConfig
-    from runtime.engine.loader import LoadReport, load_engine
-    from tests.engine.arithmetic import executorch_options
+    from tests.engine.arithmetic import load_on_this_cpu
 
-    before = os.sched_getaffinity(0)
-    options = executorch_options(bundle) if engine == "executorch" else {}
-    report = LoadReport()
-    loaded = load_engine(EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0, **options), report=report)  # type: ignore[arg-type]
-    os.sched_setaffinity(0, before)
+    loaded, report = load_on_this_cpu(bundle, engine)
     assert report.parity.ok and "half the action min..max range" in report.parity.units
     return loaded
 

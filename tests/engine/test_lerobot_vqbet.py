@@ -11,7 +11,6 @@ normalised units (half the action's min..max range: VQ-BeT's MIN_MAX normalisati
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,16 +97,9 @@ def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> fl
 
 
 def _load(bundle: Path, engine: str) -> Any:
-    from runtime.engine.config import EngineConfig
-    from runtime.engine.loader import LoadReport, load_engine
-    from tests.engine.arithmetic import executorch_options
+    from tests.engine.arithmetic import load_on_this_cpu
 
-    before = os.sched_getaffinity(0)
-    options = executorch_options(bundle) if engine == "executorch" else {}
-    report = LoadReport()
-    config = EngineConfig(bundle=str(bundle), engine=engine, warmup_runs=0, **options)  # type: ignore[arg-type]
-    loaded = load_engine(config, report=report)
-    os.sched_setaffinity(0, before)
+    loaded, report = load_on_this_cpu(bundle, engine)
     assert report.parity.ok and "half the action min..max range" in report.parity.units
     return loaded
 
