@@ -26,7 +26,7 @@ def status_endpoint(config: DaemonConfig) -> str:
         if is_local_endpoint(ep) and not config.server.curve.enabled:
             return ep
     raise ConfigError(
-        "status: the config has no ipc endpoint (nor a loopback tcp one without CURVE) to ask; pass --endpoint"
+        "status: the config has no ipc endpoint (nor a loopback tcp one without CURVE) to ask; pass --connect"
     )
 
 

@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="with release: the e-stop latch to release (default: the one control status shows now; "
         "an e-stop after that still wins)",
     )
-    c.add_argument("--timeout", type=float, default=2.0, metavar="S", help="reply timeout in seconds (default 2)")
+    c.add_argument("--timeout-s", type=float, default=2.0, metavar="S", help="reply timeout in seconds (default 2)")
     c.add_argument("--json", action="store_true", help="print the reply as JSON")
     c.set_defaults(func=_control)
 
@@ -76,7 +76,7 @@ def _control(args: argparse.Namespace) -> int:
     from runtime.server.endpoints import resolve_endpoint
 
     endpoint = resolve_endpoint(args.connect)
-    with PolicyClient(endpoint, timeout_s=args.timeout) as client:
+    with PolicyClient(endpoint, timeout_s=args.timeout_s) as client:
         try:
             latch = args.latch
             if args.command == "release" and latch is None:

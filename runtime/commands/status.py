@@ -18,7 +18,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="FILE",
         help=f"the daemon's config, to find its endpoint (default: {DEFAULT_CONFIG} if present, else the defaults)",
     )
-    p.add_argument("--endpoint", help="ask this endpoint instead (e.g. ipc:///run/lerobot-runtime/policy.sock)")
+    p.add_argument(
+        "--connect",
+        metavar="ENDPOINT",
+        help="the daemon's endpoint, instead of the config's (e.g. ipc:///run/lerobot-runtime/policy.sock)",
+    )
     p.add_argument("--timeout-s", type=float, default=3.0, help="how long to wait for the daemon (default 3)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_status)
@@ -32,7 +36,7 @@ def _status(args: argparse.Namespace) -> int:
     from runtime.protocol.errors import ServerError
     from runtime.status import format_status, gather, status_endpoint
 
-    endpoint = args.endpoint
+    endpoint = args.connect
     if not endpoint:
         path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
         endpoint = status_endpoint(load_config(path))

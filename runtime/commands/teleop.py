@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     t.add_argument("--who", default="", help="your name, for the daemon's log and other stations' refusals")
     t.add_argument("--task", default="teleop", help="the task text of recorded episodes")
-    t.add_argument("--timeout", type=float, default=0.5, metavar="S", help="reply timeout in seconds (default 0.5)")
+    t.add_argument("--timeout-s", type=float, default=0.5, metavar="S", help="reply timeout in seconds (default 0.5)")
     t.add_argument("--steps", type=int, default=0, help="stop after this many targets (0: until q)")
     t.set_defaults(func=_teleop)
 
@@ -65,7 +65,7 @@ def _teleop(args: argparse.Namespace) -> int:
             return 2
         leader = LeaderArm.open(args.leader_port, calibration, args.protocol)
     try:
-        with PolicyClient(resolve_endpoint(args.connect), timeout_s=args.timeout) as client:
+        with PolicyClient(resolve_endpoint(args.connect), timeout_s=args.timeout_s) as client:
             station = Station(client, leader, who=args.who, task=args.task)
             try:
                 station.open()

@@ -58,7 +58,7 @@ def test_status_reports_what_the_daemon_runs(
             for seed in range(5):
                 client.infer(example_observation(DEMO, seed))
         capsys.readouterr()
-        assert main(["status", "--endpoint", endpoint, "--json"]) == 0
+        assert main(["status", "--connect", endpoint, "--json"]) == 0
         s = json.loads(capsys.readouterr().out)
         assert s["policy"] == "synthetic-96x128" and s["engine"] and s["device"] == "CPU"
         assert s["precision"] and s["threads"] >= 1
@@ -68,7 +68,7 @@ def test_status_reports_what_the_daemon_runs(
         assert s["latency_ms"]["infer"]["count"] == 5 and s["queue"]["capacity"] == 4
         assert s["arm"]["kind"] == "sim" and s["arm"]["healthy"] is True and s["arm"]["estop"] is False
         assert set(s["arm"]["temperature_c"]) >= {"gripper"}
-        assert main(["status", "--endpoint", endpoint]) == 0
+        assert main(["status", "--connect", endpoint]) == 0
         text = capsys.readouterr().out
         assert "inference ran on CPU" in text and "e-stop released" in text and "latency    infer" in text
 
@@ -89,5 +89,5 @@ def test_status_reports_what_the_daemon_runs(
 
 def test_status_without_a_daemon_says_so(short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
     endpoint = f"ipc://{short_tmp}/nobody.sock"
-    assert main(["status", "--endpoint", endpoint, "--timeout-s", "0.3"]) == 2
+    assert main(["status", "--connect", endpoint, "--timeout-s", "0.3"]) == 2
     assert f"no daemon answers at {endpoint}" in caplog.text
