@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from drivers.errors import CalibrationError
-from runtime.configtools import from_mapping, load_toml
-from runtime.errors import ConfigError
+from drivers.configtools import from_mapping, load_toml
+from drivers.errors import CalibrationError, ConfigError
 
 NormMode = Literal["degrees", "percent"]
 

@@ -148,7 +148,7 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from runtime.bench import bus as bus_bench
+    from drivers import bench as bus_bench
 
     report = bus_bench.run(cycles=args.cycles)
     print(json.dumps(report, indent=2) if args.json else bus_bench.format_table(report))

@@ -4,11 +4,20 @@ Two families are kept apart on purpose: *transport* errors (the bytes did not ar
 worth retrying a bounded number of times; *servo faults* (the servo answered, and its status byte
 says it is overloaded, overheating, under-volted...) are never retried blindly, because re-sending
 the same command to a servo that protects itself would only repeat the fault.
+
+The project's base exception and its configuration error are defined here, in the lowest layer, so
+that drivers import nothing of runtime; ``runtime.errors`` re-exports them beside the rest.
 """
 
 from __future__ import annotations
 
-from runtime.errors import LerobotRuntimeError
+
+class LerobotRuntimeError(Exception):
+    """Base of every error raised on purpose by lerobot-runtime (re-exported by runtime.errors)."""
+
+
+class ConfigError(LerobotRuntimeError, ValueError):
+    """A configuration file or option is invalid (names the key and the value)."""
 
 
 class BusError(LerobotRuntimeError):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drivers.config import ArmConfig
-from runtime.configtools import from_mapping, load_toml
+from drivers.configtools import from_mapping, load_toml
 from runtime.control.config import ControlConfig
 from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError

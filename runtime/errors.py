@@ -7,13 +7,9 @@ Messages name the thing that is wrong, what was expected and what came, and the 
 
 from __future__ import annotations
 
-
-class LerobotRuntimeError(Exception):
-    """Base of every error raised on purpose by lerobot-runtime."""
-
-
-class ConfigError(LerobotRuntimeError, ValueError):
-    """A configuration file or option is invalid (names the key and the value)."""
+# The base and the configuration error live with the lowest layer (drivers never imports runtime)
+from drivers.errors import ConfigError as ConfigError
+from drivers.errors import LerobotRuntimeError as LerobotRuntimeError
 
 
 class BundleError(LerobotRuntimeError, ValueError):

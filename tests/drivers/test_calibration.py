@@ -9,8 +9,8 @@ import pytest
 
 from drivers.calibration import Calibration, JointCalibration, dump_toml, load_calibration
 from drivers.config import ArmConfig
+from drivers.configtools import from_mapping
 from drivers.errors import CalibrationError
-from runtime.configtools import from_mapping
 from runtime.errors import ConfigError
 
 LEROBOT_SO101 = {

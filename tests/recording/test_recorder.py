@@ -257,7 +257,7 @@ def test_buffer_size_is_checked(features: RecordingFeatures, root: Path) -> None
 def test_recording_config_from_toml(root: Path, features: RecordingFeatures) -> None:
     import tomllib
 
-    from runtime.configtools import from_mapping
+    from drivers.configtools import from_mapping
     from runtime.errors import ConfigError
     from runtime.recording import RecordingConfig
 

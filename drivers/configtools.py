@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runtime.errors import ConfigError
+from drivers.errors import ConfigError
 
 T = TypeVar("T")
 
