@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -249,7 +250,9 @@ class Daemon:
             )
         cameras = camera_inputs(self.streams, server.engine.manifest.observation_inputs)
         features = RecordingFeatures(fps=fps, joint_names=loop.names, cameras=cameras)
-        self.recorder = EpisodeRecorder.create(self.config.recording, features)
+        # the encoders keep off the control loop's CPU (where there is another one to run on)
+        others = frozenset(os.sched_getaffinity(0)) - {self.config.engine.control_cpu}
+        self.recorder = EpisodeRecorder.create(self.config.recording, features, cpus=others or None)
         loop.episodes = EpisodeTap(self.recorder, self.streams, cameras, loop.events)
         log.info(
             "recording: episodes go to %s at %d fps (cameras: %s)",

@@ -20,6 +20,7 @@ it and starts a replacement with a fresh ring.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -59,6 +60,7 @@ class EncoderSpec:
     fps: int
     video: VideoSettings
     delay_ms: float = 0.0  # test and bench only: a deliberately slow encoder
+    cpus: frozenset[int] | None = None  # where the process and the codec's threads may run
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,13 @@ def _main(spec: EncoderSpec, commands: Connection, replies: Connection) -> None:
     video: EpisodeVideo | None = None
     stats = ImageStats()
     cpu0 = time.process_time()
+    if spec.cpus:
+        # first, before the codec starts its threads (they inherit it); and every thread already here
+        # too (numpy's BLAS pool starts at import, with the creating thread's mask, which on the
+        # daemon's main thread includes the control CPU)
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(tid), spec.cpus)
     # the control loop and the policy come first: a starved encoder drops frames, the loop stays on time
     os.nice(NICE)
     replies.send(("ready",))
@@ -169,9 +178,12 @@ class CameraEncoder:
         video: VideoSettings,
         delay_ms: float = 0.0,
         on_death: Callable[[str, str], None] | None = None,
+        cpus: frozenset[int] | None = None,
     ) -> None:
+        """``cpus``: where the process may run (the daemon passes every CPU but the control loop's, so
+        encoding never competes with the loop for its core); None: wherever the caller may."""
         self.key = key
-        self._spec_args: dict[str, Any] = {"key": key, "fps": fps, "video": video, "delay_ms": delay_ms}
+        self._spec_args: dict[str, Any] = {"key": key, "fps": fps, "video": video, "delay_ms": delay_ms, "cpus": cpus}
         self._slots, self._height, self._width = slots, height, width
         self.on_death = on_death
         self._episode = -1  # the episode last begun (read by the reply thread when the process dies)

@@ -186,8 +186,11 @@ class EpisodeRecorder:
         self._thread.start()
 
     @classmethod
-    def create(cls, config: RecordingConfig, features: RecordingFeatures) -> EpisodeRecorder:
-        """A recorder writing to ``config.dataset_dir`` (opened here, on the calling thread)."""
+    def create(
+        cls, config: RecordingConfig, features: RecordingFeatures, *, cpus: frozenset[int] | None = None
+    ) -> EpisodeRecorder:
+        """A recorder writing to ``config.dataset_dir`` (opened here, on the calling thread);
+        ``cpus``: the CPUs its encoder processes may run on (None: the caller's)."""
         if not config.enabled:
             raise ConfigError("recording.dataset_dir: empty, recording is off; name the dataset folder")
         if not features.cameras:
@@ -206,6 +209,7 @@ class EpisodeRecorder:
                     fps=features.fps,
                     video=video,
                     delay_ms=config.encoder_delay_ms,
+                    cpus=cpus,
                 )
         except BaseException:
             for encoder in encoders.values():

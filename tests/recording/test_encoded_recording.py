@@ -175,3 +175,42 @@ def test_the_drop_counts_are_scraped(root: Path, features: RecordingFeatures) ->
 
 def _unused() -> Any:
     raise AssertionError("only the recording's metrics are read here")
+
+
+def _threads(pid: int) -> dict[int, tuple[int, int]]:
+    """Each thread of ``pid``: the CPU it last ran on (field 39 of /proc/PID/task/TID/stat) and the
+    CPU time it has used (utime + stime, fields 14 and 15)."""
+    seen = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # fields 3.. follow the command name
+        except (OSError, IndexError):
+            continue  # the thread ended between listing and reading
+        seen[int(stat.parent.name)] = (int(fields[36]), int(fields[11]) + int(fields[12]))
+    return seen
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU to keep free")
+def test_encoders_run_only_on_the_cpus_they_are_given(root: Path) -> None:
+    """The daemon gives the encoders every CPU but the control loop's: every thread of every encoder
+    that ran while they encoded was seen running there."""
+    allowed = max(os.sched_getaffinity(0))
+    config = RecordingConfig(dataset_dir=str(root), codec="libx264")
+    with EpisodeRecorder.create(config, two_cameras(), cpus=frozenset({allowed})) as recorder:
+        pids = [enc.pid for enc in recorder._encoders.values()]
+        start = {pid: _threads(pid) for pid in pids}
+        recorder.start_episode("pinned")
+        ran_on: list[int] = []
+        for t in ticks(40, seed=3):
+            assert add_both(recorder, t)
+            for pid in pids:
+                for tid, (cpu, used) in _threads(pid).items():
+                    if used > start[pid].get(tid, (0, -1))[1]:  # it ran since the episode began
+                        ran_on.append(cpu)
+            time.sleep(1 / 60)
+        recorder.end_episode()
+        assert recorder.flush(60)
+        masks = {frozenset(os.sched_getaffinity(tid)) for pid in pids for tid in _threads(pid)}
+    assert len(ran_on) >= 40
+    assert set(ran_on) == {allowed}
+    assert masks == {frozenset({allowed})}
