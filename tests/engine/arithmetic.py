@@ -53,3 +53,20 @@ def load_on_this_cpu(bundle: Path, engine: str) -> tuple[Any, Any]:
     finally:
         os.sched_setaffinity(0, before)
     return loaded, report
+
+
+def action_scale(bundle: Path) -> Any:
+    """The bundle's test-case scale of its action (what one normalised unit is, per joint)."""
+    import json
+
+    import numpy as np
+
+    return np.asarray(json.loads((bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
+
+
+def normalised_error(got: Any, want: Any, scale: Any, shape: tuple[int, ...]) -> float:
+    """The largest action error in normalised units; both chunks must have ``shape``."""
+    import numpy as np
+
+    assert got.shape == want.shape == shape
+    return float((np.abs(got - want) / scale).max())

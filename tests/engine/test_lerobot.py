@@ -96,6 +96,8 @@ def test_manifest_speaks_lerobot(act_bundle: Path) -> None:
 
 @pytest.mark.parametrize("engine", ["openvino", "executorch"])
 def test_served_chunk_matches_lerobot_pipeline(act_checkpoint: Path, act_bundle: Path, engine: str) -> None:
+    from tests.engine.arithmetic import action_scale
+
     loaded, report = _load(act_bundle, engine)
     try:
         assert report.parity.ok and "action std" in report.parity.units
@@ -104,7 +106,7 @@ def test_served_chunk_matches_lerobot_pipeline(act_checkpoint: Path, act_bundle:
             got = loaded.infer(obs)["action"]
             want = lerobot_chunk(act_checkpoint, obs)
             assert got.shape == want.shape == (20, 6)
-            scale = np.asarray(json.loads((act_bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
+            scale = action_scale(act_bundle)
             err = np.abs(got - want) / scale
             assert err.max() < _tolerance(loaded), f"normalised error {err.max():.3g} at {loaded.info.precision}"
             assert np.abs(want).max() > 5  # un-normalised actions of real magnitude, not normalised ones

@@ -11,7 +11,6 @@ cores); skipped, with the reason, where LeRobot cannot be imported.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -56,7 +55,9 @@ def diffusion_bundle(diffusion_checkpoint: Path, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="module")
 def scale(diffusion_bundle: Path) -> np.ndarray:
-    return np.asarray(json.loads((diffusion_bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
+    from tests.engine.arithmetic import action_scale
+
+    return action_scale(diffusion_bundle)
 
 
 class LeRobotPipeline:
@@ -105,8 +106,9 @@ def noises(seed: int, n: int) -> list[np.ndarray]:
 
 
 def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
-    assert got.shape == want.shape == (STEPS, 6)
-    return float((np.abs(got - want) / scale).max())
+    from tests.engine import arithmetic
+
+    return arithmetic.normalised_error(got, want, scale, (STEPS, 6))
 
 
 def _load(bundle: Path, engine: str = "openvino") -> tuple[Any, Any]:

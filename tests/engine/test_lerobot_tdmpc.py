@@ -9,7 +9,6 @@ are in normalised units (half the action's min..max range: TD-MPC's MIN_MAX norm
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +77,15 @@ def lerobot(tdmpc_checkpoint: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def scale(tdmpc_bundle: Path) -> np.ndarray:
-    return np.asarray(json.loads((tdmpc_bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
+    from tests.engine.arithmetic import action_scale
+
+    return action_scale(tdmpc_bundle)
 
 
 def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
-    assert got.shape == want.shape == (STEPS, 6)
-    return float((np.abs(got - want) / scale).max())
+    from tests.engine import arithmetic
+
+    return arithmetic.normalised_error(got, want, scale, (STEPS, 6))
 
 
 def _load(bundle: Path, engine: str) -> Any:

@@ -10,7 +10,6 @@ normalised units (half the action's min..max range: VQ-BeT's MIN_MAX normalisati
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,12 +87,15 @@ def lerobot(vqbet_checkpoint: Path) -> LeRobotPipeline:
 
 @pytest.fixture(scope="module")
 def scale(vqbet_bundle: Path) -> np.ndarray:
-    return np.asarray(json.loads((vqbet_bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
+    from tests.engine.arithmetic import action_scale
+
+    return action_scale(vqbet_bundle)
 
 
 def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
-    assert got.shape == want.shape == (CHUNK, 6)
-    return float((np.abs(got - want) / scale).max())
+    from tests.engine import arithmetic
+
+    return arithmetic.normalised_error(got, want, scale, (CHUNK, 6))
 
 
 def _load(bundle: Path, engine: str) -> Any:
