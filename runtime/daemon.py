@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.arm_monitor import ArmMonitor
 from runtime.config import DaemonConfig, load_config
+from runtime.control.feed import StreamFeed
 from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
@@ -199,8 +200,7 @@ class Daemon:
             self.arm.bus.calibration,
             server.engine.manifest,
             self.config.control,
-            ServerInference(server),
-            self.streams,
+            StreamFeed(ServerInference(server), server.engine.manifest, self.streams),
             cpu=cpu,
             teleop=self.config.teleop,
         )
@@ -211,7 +211,7 @@ class Daemon:
         loop.start()
         self.loop = loop
         self.arm.source = loop
-        control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id)
+        control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id, self.streams)
         server.control = control
         self.teleop = control.teleop
         if self.config.teleop.leader_port:

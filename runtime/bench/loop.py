@@ -27,6 +27,7 @@ import numpy as np
 from drivers.calibration import load_calibration
 from drivers.feetech.bus import FeetechBus
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
+from runtime.control.feed import StreamFeed
 from runtime.control.handler import ServerInference
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
@@ -137,7 +138,14 @@ def _run_case(
     servos = _ServoProcess()
     bus = FeetechBus(servos.port, cal)
     bus.connect()
-    loop = ControlLoop(bus, cal, engine.manifest, config, ServerInference(server), streams, cpu=control_cpu)
+    loop = ControlLoop(
+        bus,
+        cal,
+        engine.manifest,
+        config,
+        StreamFeed(ServerInference(server), engine.manifest, streams),
+        cpu=control_cpu,
+    )
     try:
         loop.start()
         deadline = time.monotonic() + 10

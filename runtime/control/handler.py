@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from runtime.control.feed import OnDone
 from runtime.control.latch import ControlRefused, StaleLatch, estop_status
-from runtime.control.loop import ControlLoop, OnDone
+from runtime.control.loop import ControlLoop
+from runtime.control.streams import ObservationStreams
 from runtime.protocol.errors import ControlRefusedError
 from runtime.protocol.messages import ControlRequest, TeleopRequest
 from runtime.server.server import PolicyServer
@@ -36,8 +38,15 @@ class ServerInference:
 
 
 class LoopControl:
-    def __init__(self, loop: ControlLoop, state_dir: Path, inference_thread: int = 0) -> None:
+    def __init__(
+        self,
+        loop: ControlLoop,
+        state_dir: Path,
+        inference_thread: int = 0,
+        streams: ObservationStreams | None = None,
+    ) -> None:
         self.loop = loop
+        self.streams = streams
         self.state_dir = state_dir
         self.inference_thread = inference_thread
         self.teleop = TeleopControl(loop)
@@ -95,7 +104,7 @@ class LoopControl:
         # OS thread ids, to check where they really run (/proc/PID/task/TID/stat field 39)
         status["threads"] = {"control": self.loop.snapshot().native_id, "inference": self.inference_thread}
         status["teleop"]["session"] = self.teleop.status()
-        streams = self.loop.streams
+        streams = self.streams
         if streams is not None:
             status["streams"] = {
                 name: {

@@ -47,6 +47,7 @@ from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig
 from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
+from runtime.control.feed import PolicyFeed, state_input
 from runtime.control.handoff import Latest
 from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch, estop_status
 from runtime.control.mailbox import Command, Mailbox, Release, Shutdown, Start, Stop, TakeOver, parse, word
@@ -56,38 +57,16 @@ from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import Goal, SafetyEnvelope
 from runtime.control.snapshot import Snapshot
 from runtime.control.stall import Stall
-from runtime.control.streams import ObservationStreams
 from runtime.control.writetime import WriteClock
 from runtime.engine.affinity import current_cpu
-from runtime.engine.validate import validate_inputs
-from runtime.errors import ConfigError, InputValidationError
+from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 from runtime.teleop.target import TeleopTarget
 
 log = logging.getLogger(__name__)
 
-OnDone = Callable[[np.ndarray | None, str | None], None]
 SHUTDOWN_REST_LIMIT_S = 10.0
 GIL_SWITCH_S = 0.0002
-
-
-class InferenceSource(Protocol):
-    """Where the loop sends observations: the server's inference worker in the daemon."""
-
-    def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
-        """Queue one inference; ``on_done(actions, None)`` or ``on_done(None, reason)`` is called once.
-
-        ``inputs``: one observation (``manifest.observation_inputs``); ``reset``: it is the first of a
-        run, so a policy with observation history starts a new one from it."""
-        ...
-
-    def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
-        """Add this tick's observation to the policy's history without asking for a chunk."""
-        ...
-
-    def failure(self) -> str | None:
-        """Why no chunk may be trusted now (e.g. a failed self-check), or None."""
-        ...
 
 
 class ArmBus(Protocol):
@@ -117,8 +96,7 @@ class ControlLoop:
         calibration: Calibration,
         manifest: Manifest,
         config: ControlConfig,
-        inference: InferenceSource,
-        streams: ObservationStreams | None = None,
+        policy: PolicyFeed,
         *,
         events: EventLog | None = None,
         cpu: int | None = None,
@@ -127,8 +105,7 @@ class ControlLoop:
     ) -> None:
         self.bus = bus
         self.config = config
-        self.inference = inference
-        self.streams = streams
+        self.policy = policy
         self.events = events if events is not None else EventLog()
         self.cpu = cpu
         self._clock = clock
@@ -144,19 +121,10 @@ class ControlLoop:
         chunk = manifest.chunk_length
         self.n_steps = min(config.n_action_steps or chunk, chunk)
         self.refill_at = math.ceil(config.chunk_size_threshold * self.n_steps)
-        # one frame of each observation: the server adds history frames and sampling noise
-        self.inputs = manifest.observation_inputs
         # A policy that looks at several observations sees one per tick, as in LeRobot's select_action:
         # every running tick that does not ask for a chunk still hands its observation over.
         self._observe_every_tick = manifest.observation_history > 1
-        self._state_input = self._find_state_input(manifest)
-        stream_names = set(streams.names) if streams is not None else set()
-        unfed = [s.name for s in self.inputs if s.name != self._state_input and s.name not in stream_names]
-        if unfed:
-            raise ConfigError(
-                f"the policy input(s) {', '.join(unfed)} have no source: add a [[control.streams]] entry "
-                "(input = NAME, endpoint = where its producer publishes) for each"
-            )
+        state_input(manifest)  # the joints fill exactly one input: refused here, not at the first ask
         n = len(self.names)
         self._queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
         self._envelope = SafetyEnvelope(self.names, calibration, config.safety, self.events)
@@ -203,21 +171,6 @@ class ControlLoop:
         self._shutdown_done = threading.Event()
         self.shutdown_ok = True
 
-    def _find_state_input(self, manifest: Manifest) -> str:
-        states = [s for s in manifest.observation_inputs if s.role == "state"]
-        if len(states) != 1:
-            raise ConfigError(
-                f"the control loop fills exactly one input with role 'state' from the joints; the policy has "
-                f"{len(states)} ({', '.join(s.name for s in states) or 'none'})"
-            )
-        spec = states[0]
-        if spec.shape != (len(self.names),) or spec.dtype != "float32":
-            raise ConfigError(
-                f"state input {spec.name}: expected float32[{len(self.names)}] (one value per joint), "
-                f"the policy takes {spec.dtype}{list(spec.shape)}"
-            )
-        return spec.name
-
     # --- requests from other threads (flags only) -------------------------------------------------
 
     def request(self, command: str | Command, who: str = "", latch: int = 0) -> None:
@@ -238,13 +191,9 @@ class ControlLoop:
             self._refuse_if_latched()
             if self._arm_error:
                 raise ControlRefused(f"the arm is failing: {self._arm_error}")
-            failure = self.inference.failure()
-            if failure:
-                raise ControlRefused(f"the policy cannot be trusted: {failure}")
-            if self.streams is not None:
-                stale = self.streams.stale(self._clock())
-                if stale:
-                    raise ControlRefused("observation stream(s) not fresh: " + _describe_stale(stale, self.streams))
+            blocked = self.policy.blocked(self._clock())
+            if blocked is not None:
+                raise ControlRefused(blocked.reason)
         elif command == "teleop":
             self._refuse_if_latched()
             if self._arm_error:
@@ -715,23 +664,13 @@ class ControlLoop:
         self._counters["chunks"] += 1
 
     def _running(self, k: int, now: float, present: np.ndarray) -> tuple[Goal | None, np.ndarray | None]:
-        blocked = ""
-        stale: list[tuple[str, float | None]] = []
-        if self.streams is not None:
-            stale = self.streams.stale(now)
-            if stale:
-                blocked = "stale observation stream: " + _describe_stale(stale, self.streams)
-        if not blocked:
-            failure = self.inference.failure()
-            if failure:
-                blocked = f"policy not trusted: {failure}"
-        if blocked:
+        blocked = self.policy.blocked(now)
+        if blocked is not None:
             self._counters["blocked_ticks"] += 1
-            key = "stale:" + ",".join(n for n, _ in stale) if stale else "untrusted"
-            if self._stalled.key != key:
+            if self._stalled.key != blocked.key:
                 # Finish no stale plan: what was queued was computed from what is now too old.
                 self._plan.drop()
-            return self._stall(now, present, key, blocked), None
+            return self._stall(now, present, blocked.key, blocked.reason), None
         action = self._queue.take(k)
         if self._plan.inflight_since is None and self._queue.depth(k + 1) <= self.refill_at:
             self._ask(k, present)
@@ -757,6 +696,11 @@ class ControlLoop:
 
     def _teleop(self, now: float, present: np.ndarray) -> tuple[Goal | None, np.ndarray | None]:
         """The station's newest target through the hand-over and the envelope; deadman: hold, then stall."""
+        lost = self.policy.lost()
+        if lost is not None:
+            # the station's targets came through the side that is gone: the newest may be its last
+            self._counters["blocked_ticks"] += 1
+            return self._stall(now, present, "lost", lost), None
         target = self.teleop.fresh(now)
         if target is None:
             self._counters["deadman_ticks"] += 1
@@ -802,44 +746,19 @@ class ControlLoop:
         assert self._hold_goal is not None
         return self._envelope.hold_goal(self._hold_goal, present)
 
-    def _observation(self, present: np.ndarray, *, report: bool = True) -> list[np.ndarray] | None:
-        """This tick's observation in the policy's input order: the joints plus the newest stream parts.
-
-        ``report``: log a refused observation (asks do; per-tick history frames only count it, as the
-        next ask reports the same problem)."""
-        observation: dict[str, Any] = {self._state_input: present.astype(np.float32)}
-        if self.streams is not None:
-            for name in self.streams.names:
-                part = self.streams.latest(name)
-                if part is None:
-                    return None
-                observation[name] = part.array
-        try:
-            return validate_inputs(self.inputs, observation)
-        except InputValidationError as e:
-            self._counters["observation_errors"] += 1
-            if report:
-                self.events.emit(logging.ERROR, "control: observation refused: %s", e)
-            return None
-
     def _observe(self, present: np.ndarray) -> None:
-        arrays = self._observation(present, report=False)
-        if arrays is not None:
-            self.inference.observe(arrays, reset=self._plan.new_history)
-            self._plan.new_history = False
-            self._counters["observations"] += 1
+        self.policy.observe(present.astype(np.float32), reset=self._plan.new_history)
+        self._plan.new_history = False
+        self._counters["observations"] += 1
 
     def _ask(self, k: int, present: np.ndarray) -> None:
-        arrays = self._observation(present)
-        if arrays is None:
-            return
         gen = self._plan.gen
         self._plan.inflight_since = self._clock()
 
         def done(actions: np.ndarray | None, error: str | None) -> None:
             self._result.put(ChunkResult(gen, k, actions, error))
 
-        if not self.inference.submit(arrays, done, reset=self._plan.new_history):
+        if not self.policy.submit(present.astype(np.float32), done, reset=self._plan.new_history):
             self._plan.inflight_since = None
             self._counters["submit_refused"] += 1
         else:
@@ -879,7 +798,7 @@ class ControlLoop:
         snap = self.snapshot()
         lat = self._latencies[~np.isnan(self._latencies)]
         late = self.recorder.recent_late_ms(int(self.rate_hz * 10))
-        stale = self.streams.stale(self._clock()) if self.streams is not None else []
+        blocked = self.policy.blocked(self._clock())
         k = snap.tick
         return {
             "mode": snap.mode.value,
@@ -917,7 +836,8 @@ class ControlLoop:
                 "max": float(np.abs(late).max()) if len(late) else None,
             },
             "write_period_error_ms": self._writes.stats(),
-            "stale_streams": [name for name, _ in stale],
+            "stale_streams": list(blocked.stale) if blocked is not None else [],
+            "blocked": blocked.reason if blocked is not None else "",
             "arm": {
                 "healthy": not snap.arm_error,
                 "error": snap.arm_error,
@@ -935,11 +855,3 @@ def _estop_effect(action: str, previous_mode: Mode) -> str:
     if action == "torque_off":
         return "torque off"
     return "holding the present pose" if previous_mode is not Mode.IDLE else "arm idle"
-
-
-def _describe_stale(stale: list[tuple[str, float | None]], streams: ObservationStreams) -> str:
-    parts = []
-    for name, age in stale:
-        limit = streams.configs[name].max_age_ms
-        parts.append(f"{name} (nothing received yet)" if age is None else f"{name} ({age:.0f} ms old > {limit:g} ms)")
-    return ", ".join(parts)

@@ -20,6 +20,7 @@ from drivers.sim.arm import SimArm
 from runtime.bundle.bundle import Bundle
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
+from runtime.control.feed import StreamFeed
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.producers.camera import CameraPublisher, SyntheticSource
@@ -156,7 +157,7 @@ def build_loop(
     )
     streams = ObservationStreams(config.streams, manifest.observation_inputs)
     streams.start()
-    loop = ControlLoop(arm.bus, calibration, manifest, config, inference, streams)
+    loop = ControlLoop(arm.bus, calibration, manifest, config, StreamFeed(inference, manifest, streams))
     return loop, streams
 
 

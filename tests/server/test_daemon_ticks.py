@@ -22,6 +22,7 @@ import pytest
 from drivers.config import ArmConfig
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.control.events import EventLog
+from runtime.control.feed import StreamFeed
 from runtime.control.mode import Mode
 from runtime.control.snapshot import Snapshot
 from runtime.daemon import AUTO_DUMP_SPACING_S, Daemon
@@ -797,7 +798,9 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
         loop = d.loop
         assert loop is not None and d.server is not None and d.streams is not None
         assert loop.cpu is None
-        assert isinstance(loop.inference, ServerInference) and loop.inference.server is d.server
+        feed = loop.policy
+        assert isinstance(feed, StreamFeed) and isinstance(feed.inference, ServerInference)
+        assert feed.inference.server is d.server
         assert loop.teleop.config == teleop
         assert isinstance(loop.episodes, EpisodeTap) and loop.episodes.recorder is d.recorder
         assert d.streams._thread is not None and d.streams._thread.is_alive()
