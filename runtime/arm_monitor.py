@@ -132,7 +132,7 @@ class ArmMonitor:
 
     def poll(self) -> None:
         """Read every joint once; log only changes between healthy and failing."""
-        if self.bus is None:
+        if self.bus is None and self.source is None:
             return
         try:
             if self.source is not None:
@@ -140,8 +140,10 @@ class ArmMonitor:
                 if snap.arm_error:
                     raise BusError(snap.arm_error)
                 state = dict(snap.state)
-            else:
+            elif self.bus is not None:
                 state = self.bus.read_state()
+            else:
+                return
         except BusError as e:
             self.observe_failure(e)
             return
@@ -223,6 +225,9 @@ class ArmMonitor:
         """
         bus, self.bus = self.bus, None
         if bus is None:
+            if self.sim is not None:  # the arm process drove it and has closed its own port
+                self.sim.simulator.stop()
+                self.sim = None
             return True
         try:
             bus.disconnect()

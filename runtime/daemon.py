@@ -40,6 +40,7 @@ from runtime.server.stats import stats_line
 from runtime.teleop.handler import TeleopControl
 
 if TYPE_CHECKING:
+    from runtime.arm.link import ArmLink
     from runtime.recording import EpisodeRecorder
     from runtime.teleop.local import LocalLeader
 
@@ -65,14 +66,14 @@ class Daemon:
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.server: PolicyServer | None = None
         self.arm: ArmMonitor | None = None
-        self.loop: ControlLoop | None = None
+        self.loop: ControlLoop | ArmLink | None = None
         self.teleop: TeleopControl | None = None
         self.local_leader: LocalLeader | None = None
         self.recorder: EpisodeRecorder | None = None
         self.streams: ObservationStreams | None = None
         self._stall_logged = False
         self._last_auto_dump = -math.inf
-        self._control_state: tuple[str, str | None] = ("idle", None)
+        self._control_state: tuple[str, str | None, str | None] = ("idle", None, None)
         self._verification_failure: str | None = None
         self.should_exit = False
         self.force_exit = False
@@ -153,6 +154,10 @@ class Daemon:
         if self.config.arm.kind != "none":
             self.notifier.status("connecting the arm")
             self.arm = ArmMonitor(self.config.arm, on_change=self._arm_changed)
+        if self.arm is not None and self.config.control.enabled and self.config.control.process == "own":
+            # the arm process opens the port itself (and waits for an absent arm); READY=1 once it has it
+            self._start_arm_process(server)
+        elif self.arm is not None:
             # READY=1 only once the arm answers: clients and systemd see a daemon that can act
             self.arm.open_waiting(
                 self.config.daemon.arm_wait_s,
@@ -217,7 +222,57 @@ class Daemon:
         if self.config.teleop.leader_port:
             self._start_local_leader(loop, control.teleop)
 
-    def _start_local_leader(self, loop: ControlLoop, teleop: TeleopControl) -> None:
+    def _start_arm_process(self, server: PolicyServer) -> None:
+        """``control.process = "own"``: the loop, the serial port and the envelope in the arm process."""
+        from drivers.sim.arm import SimArm
+        from runtime.arm.link import ArmLink
+
+        assert self.arm is not None
+        arm_cfg = self.config.arm
+        if arm_cfg.kind == "sim":
+            # the simulated servos stay here, as hardware would be outside the arm process; it drives
+            # them through their pseudo-terminal like a USB adapter
+            from drivers.calibration import load_calibration
+
+            sim = SimArm.start(load_calibration(arm_cfg.calibration), protocol=arm_cfg.sim_protocol, connect=False)
+            self.arm.sim = sim
+            arm_cfg = replace(arm_cfg, kind=arm_cfg.sim_protocol, port=sim.simulator.port)
+        manifest = server.engine.manifest
+        allowed = set(os.sched_getaffinity(0))
+        control_cpu = self.config.engine.control_cpu
+        cpu = control_cpu if control_cpu in allowed else None
+        io_cpus = (allowed - set(server.engine.info.cpus)) or allowed
+        if self.config.control.streams:
+            self.streams = ObservationStreams(self.config.control.streams, manifest.observation_inputs, cpus=io_cpus)
+        link = ArmLink(
+            arm=arm_cfg,
+            control=self.config.control,
+            teleop=self.config.teleop,
+            manifest=manifest,
+            feed=StreamFeed(ServerInference(server), manifest, self.streams),
+            cpu=cpu,
+            record=self.config.recording.enabled,
+        )
+        if self.config.recording.enabled:
+            self._start_recording(link, server)
+        if self.streams is not None:
+            self.streams.start()
+        link.start(
+            self.config.daemon.arm_wait_s,
+            should_stop=lambda: self.should_exit,
+            on_wait=self.notifier.status,
+        )
+        self.loop = link
+        self.arm.source = link
+        self.arm.poll()
+        server.arm_status = self.arm.status
+        control = LoopControl(link, self.config.daemon.state_path(), server.worker_thread_id, self.streams)
+        server.control = control
+        self.teleop = control.teleop
+        if self.config.teleop.leader_port:
+            self._start_local_leader(link, control.teleop)
+
+    def _start_local_leader(self, loop: ControlLoop | ArmLink, teleop: TeleopControl) -> None:
         """``[teleop] leader_port``: the daemon reads a leader on this computer itself."""
         from runtime.teleop.leader import LeaderArm
         from runtime.teleop.local import LocalLeader
@@ -237,7 +292,7 @@ class Daemon:
             cfg.leader_port,
         )
 
-    def _start_recording(self, loop: ControlLoop, server: PolicyServer) -> None:
+    def _start_recording(self, loop: ControlLoop | ArmLink, server: PolicyServer) -> None:
         """The ``[recording]`` table: episodes of the loop's ticks, opened and closed by ``teleop.episode_*``."""
         from runtime.control.episodes import EpisodeTap, camera_inputs
         from runtime.recording import EpisodeRecorder, RecordingFeatures
@@ -315,7 +370,7 @@ class Daemon:
             if failure:
                 self.notifier.status(f"VERIFICATION FAILED, serving no chunks until a reload: {failure}")
         if loop is not None:
-            state = (loop.snapshot().mode, loop.estop_reason)
+            state = (loop.snapshot().mode, loop.estop_reason, getattr(loop, "death", None))
             if state != self._control_state:
                 # Mode changes and e-stops reach `systemctl status` at once, not at the next stats line.
                 self._control_state = state
@@ -324,7 +379,10 @@ class Daemon:
                     self.arm.set_estop(bool(loop.estop_reason), loop.estop_reason or "")
 
     @staticmethod
-    def _control_line(loop: ControlLoop) -> str:
+    def _control_line(loop: ControlLoop | ArmLink) -> str:
+        death = getattr(loop, "death", None)
+        if death:
+            return f"ARM PROCESS DIED ({death}): the arm is unattended; restart the service"
         snap = loop.snapshot()
         c = snap.counters
         estop = f"E-STOP ({loop.estop_reason})" if loop.estop_reason else "no e-stop"
@@ -339,7 +397,11 @@ class Daemon:
         stalled = loop.stalled_for(now) if loop is not None else 0.0
         if loop is not None and not loop.alive and not self.should_exit:
             stalled = max(stalled, 1.0)
-        if stalled and not self._stall_logged:
+        death = getattr(loop, "death", None)
+        if stalled and not self._stall_logged and death:
+            self._stall_logged = True
+            log.error("%s; withholding the watchdog ping", death)
+        elif stalled and not self._stall_logged:
             self._stall_logged = True
             log.error(
                 "control loop stalled for %.1f s (mode %s, alive %s); withholding the watchdog ping",
@@ -351,7 +413,7 @@ class Daemon:
             self._stall_logged = False
         return not stalled
 
-    def _dump_flight(self, loop: ControlLoop, reason: str) -> None:
+    def _dump_flight(self, loop: ControlLoop | ArmLink, reason: str) -> None:
         now = time.monotonic()
         if not reason.startswith("requested") and now - self._last_auto_dump < AUTO_DUMP_SPACING_S:
             log.info(

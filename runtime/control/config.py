@@ -116,6 +116,10 @@ class ControlConfig:
     ``temporal_ensemble`` with weights ``exp(-ensemble_coeff * i)``, i = 0 for the oldest).
     ``control_cpu``/``rt_priority``: where the loop thread runs and the SCHED_FIFO priority it asks
     for (0: none). ``recorder_s``: seconds of ticks the flight recorder keeps.
+    ``process``: ``own`` runs the loop, the serial port and the envelope in a process of their own
+    (the arm process), which the daemon's interpreter, its network I/O, inference and recording
+    cannot delay; ``thread`` runs the loop as a thread of the daemon (embedding; comparisons).
+    ``link_timeout_s``: the arm process holds when it hears nothing from the daemon for this long.
     """
 
     enabled: bool = True
@@ -126,6 +130,8 @@ class ControlConfig:
     ensemble_coeff: float = 0.01
     rt_priority: int = 50
     recorder_s: float = 20.0
+    process: Literal["own", "thread"] = "own"
+    link_timeout_s: float = 0.5
     # The built-in demo policy's camera, as `lerobot-runtime camera` publishes it by default.
     streams: tuple[StreamConfig, ...] = (StreamConfig("observation.images.front", "ipc://camera-front.sock"),)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
@@ -143,6 +149,8 @@ class ControlConfig:
             raise ConfigError(f"control.ensemble_coeff: expected >= 0, got {self.ensemble_coeff}")
         if not 0 <= self.rt_priority <= 99:
             raise ConfigError(f"control.rt_priority: expected 0 (none) to 99, got {self.rt_priority}")
+        if not 0.05 <= self.link_timeout_s <= 10:
+            raise ConfigError(f"control.link_timeout_s: expected 0.05 to 10 seconds, got {self.link_timeout_s}")
         if not self.recorder_s > 0:
             raise ConfigError(f"control.recorder_s: expected > 0 seconds, got {self.recorder_s}")
         names = [s.input for s in self.streams]

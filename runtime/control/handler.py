@@ -8,7 +8,7 @@ hands the loop's observations to the server's inference worker, ahead of network
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from runtime.protocol.errors import ControlRefusedError
 from runtime.protocol.messages import ControlRequest, TeleopRequest
 from runtime.server.server import PolicyServer
 from runtime.teleop.handler import TeleopControl
+
+if TYPE_CHECKING:
+    from runtime.arm.link import ArmLink
 
 
 class ServerInference:
@@ -40,7 +43,7 @@ class ServerInference:
 class LoopControl:
     def __init__(
         self,
-        loop: ControlLoop,
+        loop: ControlLoop | ArmLink,
         state_dir: Path,
         inference_thread: int = 0,
         streams: ObservationStreams | None = None,

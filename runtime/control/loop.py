@@ -49,8 +49,20 @@ from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
 from runtime.control.feed import PolicyFeed, state_input
 from runtime.control.handoff import Latest
-from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch, estop_status
-from runtime.control.mailbox import Command, Mailbox, Release, Shutdown, Start, Stop, TakeOver, parse, word
+from runtime.control.latch import LATCH_ID, ControlRefused, Latch, estop_status
+from runtime.control.mailbox import (
+    Command,
+    Mailbox,
+    Release,
+    Shutdown,
+    Start,
+    Stop,
+    TakeOver,
+    check_command,
+    newest_latch,
+    parse,
+    word,
+)
 from runtime.control.mode import MOVING, Mode, Source, source_of
 from runtime.control.plan import Plan
 from runtime.control.recorder import MODE_CODE, FlightRecorder
@@ -67,6 +79,14 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_REST_LIMIT_S = 10.0
 GIL_SWITCH_S = 0.0002
+
+
+class TickHooks(Protocol):
+    """What runs on the loop's thread around each tick: the arm process's link to the daemon takes
+    what arrived before the tick and sends the tick's snapshot after it (the write has left by then)."""
+
+    def before_tick(self, loop: ControlLoop) -> None: ...
+    def after_tick(self, loop: ControlLoop) -> None: ...
 
 
 class ArmBus(Protocol):
@@ -102,8 +122,10 @@ class ControlLoop:
         cpu: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         teleop: TeleopConfig | None = None,
+        hooks: TickHooks | None = None,
     ) -> None:
         self.bus = bus
+        self.hooks = hooks
         self.config = config
         self.policy = policy
         self.events = events if events is not None else EventLog()
@@ -139,6 +161,7 @@ class ControlLoop:
         self._mailbox = Mailbox(clock)
         #: the e-stop in effect (set and cleared by the loop thread only)
         self._latch: Latch | None = None
+        self._latches_taken = 0
         self.dump_requests: deque[str] = deque()
         self._present: np.ndarray | None = None
         self._last_state: dict[str, JointState] = {}
@@ -187,32 +210,13 @@ class ControlLoop:
     def check(self, command: str, latch: int = 0) -> None:
         """Raise :class:`ControlRefused` when ``command`` cannot be carried out now; a release of any
         latch but the newest (``latch``) raises :class:`StaleLatch`."""
-        if command == "start":
-            self._refuse_if_latched()
-            if self._arm_error:
-                raise ControlRefused(f"the arm is failing: {self._arm_error}")
-            blocked = self.policy.blocked(self._clock())
-            if blocked is not None:
-                raise ControlRefused(blocked.reason)
-        elif command == "teleop":
-            self._refuse_if_latched()
-            if self._arm_error:
-                raise ControlRefused(f"the arm is failing: {self._arm_error}")
-        elif command == "release":
-            current = self.estop
-            if current is None:
-                raise ControlRefused("no e-stop is latched")
-            if latch != current.id:
-                raise StaleLatch(latch, current)
-        elif command not in ("stop",):
-            raise ControlRefused(f"unknown command {command!r}")
+        blocked = self.policy.blocked(self._clock()) if command == "start" else None
+        check_command(command, latch, self.estop, self._arm_error, blocked.reason if blocked is not None else None)
 
-    def _refuse_if_latched(self) -> None:
-        latch = self.estop
-        if latch is not None:
-            raise ControlRefused(
-                f"e-stop is latched (latch {latch.id}: {latch.reason}); release it first (control release)"
-            )
+    def post_estop(self, latch: Latch) -> Latch:
+        """Latch an e-stop numbered elsewhere (the daemon's, in the arm's process); returns it as
+        posted (renumbered after a newer latch given out here). For the loop's own thread."""
+        return self._mailbox.post_estop(latch)
 
     def request_estop(self, reason: str) -> Latch:
         """Latch a new e-stop, effective at the next tick, and return it. Each request is a latch
@@ -225,10 +229,7 @@ class ControlLoop:
         """The newest e-stop, requested (effective at the next tick) or in effect; None when released."""
         # Read the requests before the latch: the tick sets the latch before it drops the requests.
         pending = self._mailbox.pending_estop()
-        current = self._latch
-        if pending is None or (current is not None and current.id > pending.id):
-            return current
-        return pending
+        return newest_latch(pending, self._latch)
 
     @property
     def estop_reason(self) -> str | None:
@@ -289,6 +290,7 @@ class ControlLoop:
                 next_due=self._ticker.deadline(k + 1),
                 mode=self._mode,
                 latch=self._latch,
+                latches_taken=self._latches_taken,
                 present=self._present,
                 state=self._last_state,
                 arm_error=self._arm_error,
@@ -344,8 +346,12 @@ class ControlLoop:
             while not self._stop.is_set():
                 k, _due, late = ticker.wait()
                 self._cpu_ticks[current_cpu()] += 1
+                if self.hooks is not None:
+                    self.hooks.before_tick(self)
                 self._tick(k, late)
                 self._publish()
+                if self.hooks is not None:
+                    self.hooks.after_tick(self)
                 if self._shutdown_done.is_set():
                     break
         except Exception as e:  # a bug in the tick must not leave the arm moving unattended
@@ -353,6 +359,8 @@ class ControlLoop:
             log.exception("control loop failed")
             self._hold_present()
             self._publish()
+            if self.hooks is not None:
+                self.hooks.after_tick(self)
             self.shutdown_ok = False
             self._shutdown_done.set()
 
@@ -453,6 +461,7 @@ class ControlLoop:
         if not requests:
             return
         newest = max(requests, key=LATCH_ID)
+        self._latches_taken = max(self._latches_taken, newest.id)
         if self._latch is None or newest.id > self._latch.id:
             self._enter_estop(present, newest)
         self._mailbox.drop_estops(len(requests))  # after the latch is set: see estop
@@ -615,6 +624,8 @@ class ControlLoop:
                         if goal is not None:
                             self._write(goal)
                     self._publish()
+                    if self.hooks is not None:
+                        self.hooks.after_tick(self)
             elif action == "torque_off":
                 self._torque_off()
                 self._mode = Mode.IDLE

@@ -13,9 +13,9 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from runtime.control.latch import LATCH_ID, Latch
+from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +87,7 @@ class Mailbox:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
+        self._highest = 0
         self._estops: deque[Latch] = deque()
         self._commands: deque[Command] = deque()
 
@@ -98,6 +99,21 @@ class Mailbox:
     def estop(self, reason: str) -> Latch:
         """A new latch, taken at the next tick before any command."""
         latch = Latch(next(self._latch_ids), reason, self._clock())
+        self._highest = max(self._highest, latch.id)
+        self._estops.append(latch)
+        return latch
+
+    def post_estop(self, latch: Latch) -> Latch:
+        """A latch numbered elsewhere (the daemon, for the arm's process); returned as posted.
+
+        It keeps its number unless a latch of that number or newer was given out here already (a
+        fault latched while the request was on its way): then it is numbered after it, so a release
+        naming the number the requester heard is refused as stale, never applied to the other latch.
+        For one posting thread (the arm process's loop), beside :meth:`estop` on the same thread."""
+        if latch.id <= self._highest:
+            latch = replace(latch, id=self._highest + 1)
+        self._highest = latch.id
+        self._latch_ids = itertools.count(latch.id + 1)
         self._estops.append(latch)
         return latch
 
@@ -121,3 +137,34 @@ class Mailbox:
     def take_command(self) -> Command | None:
         commands = self._commands
         return commands.popleft() if commands else None
+
+
+def newest_latch(pending: Latch | None, current: Latch | None) -> Latch | None:
+    """The e-stop in effect or on its way, whichever is newer (None: none is latched)."""
+    if pending is None or (current is not None and current.id > pending.id):
+        return current
+    return pending
+
+
+def check_command(command: str, latch: int, estop: Latch | None, arm_error: str, blocked: str | None) -> None:
+    """Raise :class:`ControlRefused` when ``command`` cannot be carried out now.
+
+    ``estop``: the newest latch (:func:`newest_latch`); a release of any latch but it (``latch``)
+    raises :class:`StaleLatch`. ``arm_error``: why the arm's last read failed (empty: it answered).
+    ``blocked``: why the policy may not be asked now (stale stream, failed self-check), or None."""
+    if command in ("start", "teleop"):
+        if estop is not None:
+            raise ControlRefused(
+                f"e-stop is latched (latch {estop.id}: {estop.reason}); release it first (control release)"
+            )
+        if arm_error:
+            raise ControlRefused(f"the arm is failing: {arm_error}")
+        if command == "start" and blocked:
+            raise ControlRefused(blocked)
+    elif command == "release":
+        if estop is None:
+            raise ControlRefused("no e-stop is latched")
+        if latch != estop.id:
+            raise StaleLatch(latch, estop)
+    elif command != "stop":
+        raise ControlRefused(f"unknown command {command!r}")

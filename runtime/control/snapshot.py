@@ -31,6 +31,8 @@ class Snapshot:
     mode: Mode = Mode.IDLE
     #: the e-stop in effect (requests not yet taken are the loop's :attr:`estop`)
     latch: Latch | None = None
+    #: the newest latch id the loop has taken (a latch taken and released within a tick counts too)
+    latches_taken: int = 0
     #: joint positions of the last good read, in the policy's action order; None before one
     present: np.ndarray | None = None
     state: Mapping[str, JointState] = field(default_factory=dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,11 +22,14 @@ from runtime.protocol.errors import BadRequestError, ControlRefusedError, NoSess
 from runtime.protocol.messages import TeleopRequest
 from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
 
+if TYPE_CHECKING:
+    from runtime.arm.link import ArmLink
+
 log = logging.getLogger(__name__)
 
 
 class TeleopControl:
-    def __init__(self, loop: ControlLoop, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, loop: ControlLoop | ArmLink, clock: Callable[[], float] = time.monotonic) -> None:
         self.loop = loop
         self.sessions = TeleopSessions(loop.teleop.config.session_timeout_ms / 1e3)
         #: set while the daemon reads a leader of its own: stations are refused, naming it

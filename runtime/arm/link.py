@@ -1,0 +1,503 @@
+"""The daemon's side of the arm process: starts it, feeds it, watches it, and stands in for its loop.
+
+:class:`ArmLink` starts ``python -m runtime.arm`` with one end of the link socket, sends it the
+configuration and waits until it has the arm (it opens the serial port itself; the daemon never does).
+From then on one thread of the daemon (``lerobot-runtime-arm-link``) carries the link:
+
+- in: each tick's snapshot (kept as the newest, read by status, the handlers, the arm monitor and
+  metrics), the tick's episode record (handed to the daemon's episode tap, which adds the camera
+  frames: they never pass through the arm process), the loop's events (logged by the daemon), the
+  loop's requests for a chunk (the camera parts are added here by the :class:`StreamFeed` and the
+  inference worker answers over the link), and its full status map a few times a second;
+- out: the gate (whether the policy may be asked: streams fresh, self-check passed), sent every
+  ``GATE_EVERY_S``, which is also the arm process's sign that the daemon is alive.
+
+Commands, e-stops and teleop targets are sent by whichever thread asks (the server's I/O thread, a
+signal handler, the local leader): one datagram each, never a wait. The object answers the same
+questions as :class:`~runtime.control.loop.ControlLoop` (``snapshot``, ``status``, ``check``,
+``request``, ``request_estop``, ``teleop.put`` ...), so the handlers do not know which one they talk to.
+
+When the arm process dies, its end of the link closes: the thread sees it at once, the event is
+logged as CRITICAL, ``alive`` turns false (the daemon then withholds systemd's watchdog ping and says
+so in STATUS=), status and metrics report it, and nothing is restarted: a new arm process, and any
+motion, come only from a restart of the service and an operator's ``control start``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drivers.config import ArmConfig
+from drivers.errors import BusError
+from runtime.arm.wire import Link, LinkClosed, pack_array, unpack_array, unpack_snapshot
+from runtime.bundle.manifest import Manifest
+from runtime.control.config import ControlConfig
+from runtime.control.events import EventLog
+from runtime.control.feed import StreamFeed
+from runtime.control.handoff import Latest
+from runtime.control.latch import ControlRefused, Latch, estop_status
+from runtime.control.mailbox import Command, Release, Shutdown, check_command, newest_latch, word
+from runtime.control.snapshot import Snapshot
+from runtime.teleop.config import TeleopConfig
+
+log = logging.getLogger(__name__)
+
+GATE_EVERY_S = 0.02
+DUMP_TIMEOUT_S = 10.0
+
+
+class ArmProcessError(BusError):
+    """The arm process could not be started, or could not open the arm."""
+
+
+class TeleopInbox:
+    """The station's targets on their way to the arm process (the loop's ``teleop`` for the handlers)."""
+
+    def __init__(self, link: ArmLink, config: TeleopConfig) -> None:
+        self._link = link
+        self.config = config
+        self.received = 0
+        self.out_of_order = 0
+        self._last_seq: int | None = None
+
+    def put(self, seq: int, positions: np.ndarray, now: float) -> bool:
+        """Forward a target; False (and counted) when it is older than the newest one."""
+        if self._last_seq is not None and seq <= self._last_seq:
+            self.out_of_order += 1
+            return False
+        self._last_seq = seq
+        self.received += 1
+        self._link.send({"t": "target", "seq": seq, "positions": [float(x) for x in positions], "at": now})
+        return True
+
+    def clear(self) -> None:
+        self._last_seq = None
+        self._link.send({"t": "target_clear"})
+
+    @property
+    def phase(self) -> str:
+        return self._link.snapshot().teleop_phase
+
+
+class _FlightRecorder:
+    """``loop.recorder`` for the daemon: the recording lives in the arm process, which writes it."""
+
+    def __init__(self, link: ArmLink) -> None:
+        self._link = link
+
+    def dump(self, directory: Path, reason: str, extra: dict[str, Any] | None = None) -> Path:
+        return self._link.dump(directory, reason, extra or {})
+
+
+class ArmLink:
+    def __init__(
+        self,
+        *,
+        arm: ArmConfig,
+        control: ControlConfig,
+        teleop: TeleopConfig,
+        manifest: Manifest,
+        feed: StreamFeed,
+        cpu: int | None,
+        record: bool = False,
+    ) -> None:
+        self.arm_config = arm
+        self.config = control
+        self.manifest = manifest
+        self.feed = feed
+        self.cpu = cpu
+        self.record = record
+        self.names = tuple(manifest.action_names)
+        self.rate_hz = control.rate_hz or manifest.control_rate_hz
+        self.period = 1.0 / self.rate_hz
+        self.events = EventLog()
+        self.dump_requests: deque[str] = deque()
+        self.teleop = TeleopInbox(self, teleop)
+        self.recorder = _FlightRecorder(self)
+        #: set by the daemon when ``[recording]`` is configured: fed each tick's record here
+        self.episodes: Any = None
+        self.pid = 0
+        self.memory = ""
+        self._link: Link | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        self._snapshot: Latest[Snapshot] = Latest()
+        self._snapshot.put(Snapshot(scheduling="not started"))
+        self._status: dict[str, Any] = {}
+        self._dead: str | None = None
+        self._closing = False
+        self._bye: bool | None = None
+        self._latch_ids = itertools.count(1)
+        self._pending_estops: deque[Latch] = deque()
+        self._dumps: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._dump_ids = itertools.count(1)
+        self.link_dropped = 0
+
+    # --- start ---------------------------------------------------------------------------------
+
+    def start(
+        self,
+        wait_s: float = 0.0,
+        *,
+        should_stop: Callable[[], bool] = lambda: False,
+        on_wait: Callable[[str], object] = lambda text: None,
+        state_dir: Path | None = None,
+    ) -> None:
+        """Start the arm process and wait until it holds the arm (it waits up to ``wait_s`` for an
+        absent one); raises :class:`ArmProcessError` with its reason when it cannot."""
+        link, child = Link.pair()
+        self._link = link
+        env = dict(os.environ)
+        # the arm process imports this package from wherever the daemon did
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.arm", "--fd", str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            env=env,
+        )
+        child.close()
+        self.pid = self._proc.pid
+        link.send(
+            {
+                "t": "init",
+                "control": asdict(self.config),
+                "teleop": asdict(self.teleop.config),
+                "arm": asdict(self.arm_config),
+                "manifest": self.manifest.to_json(),
+                "cpu": self.cpu,
+                "arm_wait_s": wait_s,
+                "record": self.record,
+            }
+        )
+        try:
+            self._handshake(should_stop, on_wait)
+        except BaseException:
+            self._kill()
+            raise
+        self._thread = threading.Thread(target=self._run, name="lerobot-runtime-arm-link", daemon=True)
+        self._thread.start()
+
+    def _handshake(self, should_stop: Callable[[], bool], on_wait: Callable[[str], object]) -> None:
+        assert self._link is not None and self._proc is not None
+        poller = select.poll()
+        poller.register(self._link.fileno(), select.POLLIN)
+        terminated = False
+        while True:
+            if should_stop() and not terminated:
+                self._proc.send_signal(signal.SIGTERM)  # it stops waiting for the arm and says so
+                terminated = True
+            poller.poll(100)
+            try:
+                for m in self._link.receive():
+                    kind = m.get("t")
+                    if kind == "waiting":
+                        on_wait(str(m["text"]))
+                    elif kind == "failed":
+                        if terminated:
+                            raise InterruptedError("stopped while waiting for the arm")
+                        raise ArmProcessError(str(m["error"]))
+                    elif kind == "status":
+                        self._status = m["status"]
+                    elif kind == "ready":
+                        self.memory = str(m.get("memory", ""))
+                        log.info("arm process %d holds the arm (%s)", self.pid, self.memory)
+                        return
+            except LinkClosed:
+                code = self._proc.wait(5)
+                raise ArmProcessError(f"the arm process ended before it had the arm ({_exit_words(code)})") from None
+
+    # --- the link thread ------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> bool:
+        link = self._link
+        if link is None or self._dead is not None:
+            return False
+        sent = link.send(message)
+        if not sent:
+            self.link_dropped += 1
+        return sent
+
+    def _run(self) -> None:
+        link = self._link
+        assert link is not None
+        poller = select.poll()
+        poller.register(link.fileno(), select.POLLIN)
+        next_gate = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_gate:
+                self._send_gate(now)
+                next_gate = now + GATE_EVERY_S
+            poller.poll(max(0.0, (next_gate - time.monotonic()) * 1e3))
+            try:
+                for m in link.receive():
+                    try:
+                        self._dispatch(m)
+                    except Exception:  # a bug here must not end the link (and with it the watchdog)
+                        log.exception("arm link: a message from the arm process failed: %s", m.get("t"))
+            except LinkClosed:
+                self._died()
+                return
+
+    def _send_gate(self, now: float) -> None:
+        try:
+            blocked = self.feed.blocked(now)
+        except Exception as e:
+            blocked = None
+            self.send({"t": "gate", "blocked": ["untrusted", f"the policy check failed: {e}", []]})
+            return
+        gate = None if blocked is None else [blocked.key, blocked.reason, list(blocked.stale)]
+        self.send({"t": "gate", "blocked": gate})
+
+    def _dispatch(self, m: dict[str, Any]) -> None:
+        kind = m.get("t")
+        if kind == "tick":
+            snap = unpack_snapshot(m["snap"])
+            self._snapshot.put(snap)
+            taken = snap.latches_taken
+            while self._pending_estops and self._pending_estops[0].id <= taken:
+                self._pending_estops.popleft()
+            record = m.get("ep")
+            episodes = self.episodes
+            if episodes is not None:
+                if record is not None:
+                    now, present, goal, requested, source, intervention = record
+                    episodes.tick(now, _arr(present), _arr(goal), _arr(requested), source, intervention)
+                if m.get("episode_end"):
+                    episodes.end()
+        elif kind == "ask":
+            rid = m["id"]
+
+            def done(actions: np.ndarray | None, error: str | None) -> None:
+                reply: dict[str, Any] = {"t": "chunk", "id": rid}
+                if actions is not None:
+                    reply["actions"] = pack_array(np.asarray(actions, dtype=np.float32))
+                else:
+                    reply["error"] = error or "no chunk"
+                self.send(reply)
+
+            if not self.feed.submit(unpack_array(m["state"]), done, reset=bool(m["reset"])):
+                done(None, "the server is not taking work")
+        elif kind == "obs":
+            self.feed.observe(unpack_array(m["state"]), reset=bool(m["reset"]))
+        elif kind == "ev":
+            self.events.emit(int(m["level"]), "%s", str(m["text"]))
+        elif kind == "status":
+            self._status = m["status"]
+        elif kind == "dumpreq":
+            self.dump_requests.append(str(m["reason"]))
+        elif kind == "dumped":
+            waiting = self._dumps.get(int(m["id"]))
+            if waiting is not None:
+                waiting[1].append(m)
+                waiting[0].set()
+        elif kind == "bye":
+            self._bye = bool(m["ok"])
+
+    def _died(self) -> None:
+        proc = self._proc
+        code: int | None = None
+        if proc is not None:
+            try:
+                code = proc.wait(2)
+            except subprocess.TimeoutExpired:
+                code = None
+        if self._closing:
+            self._dead = f"the arm process ended ({_exit_words(code)})"
+            return
+        self._dead = f"the arm process died ({_exit_words(code)})"
+        self.events.emit(
+            logging.CRITICAL,
+            "%s: the arm is unattended (its servos keep their last goal); "
+            "nothing restarts it: check the arm, then restart the service",
+            self._dead,
+        )
+        for waiting in self._dumps.values():
+            waiting[0].set()
+
+    # --- what the handlers and the daemon ask ------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None and self._proc is not None and self._thread is not None
+
+    @property
+    def death(self) -> str | None:
+        """Why the arm process is gone, or None while it runs."""
+        return self._dead
+
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot.peek()
+        assert snap is not None
+        if self._dead is not None:
+            return replace(snap, arm_error=self._dead)
+        return snap
+
+    def stalled_for(self, now: float) -> float:
+        at = self.snapshot().at
+        if not self.alive or at == 0.0:
+            return 0.0
+        late = now - at
+        return late if late > 5 * self.period else 0.0
+
+    @property
+    def estop(self) -> Latch | None:
+        pending = max(tuple(self._pending_estops), key=lambda latch: latch.id, default=None)
+        return newest_latch(pending, self.snapshot().latch)
+
+    @property
+    def estop_reason(self) -> str | None:
+        latch = self.estop
+        return latch.reason if latch is not None else None
+
+    def request_estop(self, reason: str) -> Latch:
+        """Number and send an e-stop (any thread, a signal handler too); the arm takes it at its next tick."""
+        snap = self.snapshot()
+        seen = max(snap.latches_taken, snap.latch.id if snap.latch is not None else 0)
+        n = next(self._latch_ids)
+        if n <= seen:
+            n = seen + 1
+            self._latch_ids = itertools.count(n + 1)
+        latch = Latch(n, reason, time.monotonic())
+        self._pending_estops.append(latch)
+        self.send({"t": "estop", "id": latch.id, "reason": reason, "at": latch.requested_at})
+        return latch
+
+    def check(self, command: str, latch: int = 0) -> None:
+        if self._dead is not None and command != "release":
+            raise ControlRefused(f"the arm is unattended: {self._dead}")
+        blocked = self.feed.blocked(time.monotonic()) if command == "start" else None
+        check_command(
+            command, latch, self.estop, self.snapshot().arm_error, blocked.reason if blocked is not None else None
+        )
+
+    def request(self, command: str | Command, who: str = "", latch: int = 0) -> None:
+        if isinstance(command, Shutdown):
+            self.send({"t": "shutdown"})
+            return
+        if not isinstance(command, str):
+            who = command.who
+            latch = command.latch if isinstance(command, Release) else latch
+            command = word(command)
+        self.send({"t": "cmd", "word": command, "who": who, "latch": latch})
+
+    def dump(self, directory: Path, reason: str, extra: dict[str, Any]) -> Path:
+        """Ask the arm process to write its flight recording; the path it wrote (OSError if it could not)."""
+        rid = next(self._dump_ids)
+        event: threading.Event = threading.Event()
+        answer: list[Any] = []
+        self._dumps[rid] = (event, answer)
+        try:
+            if not self.send({"t": "dump", "id": rid, "directory": str(directory), "reason": reason, "extra": extra}):
+                raise OSError(f"the arm process is not reachable ({self._dead or 'link full'})")
+            if not event.wait(DUMP_TIMEOUT_S) or not answer:
+                raise OSError(self._dead or f"the arm process did not write it within {DUMP_TIMEOUT_S:g} s")
+        finally:
+            self._dumps.pop(rid, None)
+        reply = answer[0]
+        if "error" in reply:
+            raise OSError(str(reply["error"]))
+        return Path(str(reply["path"]))
+
+    def status(self) -> dict[str, Any]:
+        """``control status``: the arm process's newest status map, brought up to date with this
+        tick's snapshot and what only the daemon knows (recording, stale streams, the process)."""
+        snap = self.snapshot()
+        status = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self._status.items()}
+        estop = self.estop
+        status.update(
+            {
+                "mode": snap.mode.value,
+                "source": snap.source.value,
+                "tick": snap.tick,
+                "queue_depth": snap.queue_depth,
+                "estop": estop_status(estop),
+                "recording": self.episodes.status() if self.episodes is not None else None,
+            }
+        )
+        blocked = self.feed.blocked(time.monotonic())
+        status["stale_streams"] = list(blocked.stale) if blocked is not None else []
+        status["blocked"] = blocked.reason if blocked is not None else ""
+        teleop = status.setdefault("teleop", {})
+        teleop["targets"] = self.teleop.received
+        teleop["out_of_order"] = self.teleop.out_of_order
+        if self._dead is not None:
+            arm = dict(status.get("arm", {}))
+            arm.update({"healthy": False, "error": self._dead})
+            status["arm"] = arm
+        status["process"] = {
+            "kind": "own",
+            "pid": self.pid,
+            "alive": self._dead is None,
+            "death": self._dead or "",
+            "memory": self.memory,
+            "link_dropped": self.link_dropped,
+        }
+        return status
+
+    # --- stop ----------------------------------------------------------------------------------------
+
+    def shutdown(self, timeout: float = 15.0) -> bool:
+        """Ask the arm process to stop motion, hold, carry out ``safety.shutdown_action`` and exit;
+        False when it could not confirm the arm safe (or had to be killed)."""
+        proc = self._proc
+        if proc is None:
+            return True
+        self._closing = True
+        self.send({"t": "shutdown"})
+        ok = True
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.error("the arm process did not stop within %.0f s; terminating it", timeout)
+            ok = False
+            self._kill()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        if self._link is not None:
+            self._link.close()
+        if self._dead is not None and "died" in self._dead:
+            ok = False
+        return ok and self._bye is not False and proc.returncode == 0
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(3)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _arr(v: list[float] | None) -> np.ndarray | None:
+    return None if v is None else np.array(v, dtype=np.float64)
+
+
+def _exit_words(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"

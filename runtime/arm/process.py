@@ -1,0 +1,369 @@
+"""The arm's own process: the serial port, the control loop, the safety envelope, the flight recorder.
+
+Started by the daemon (:class:`runtime.arm.link.ArmLink`) as ``python -m runtime.arm --fd N``, one end
+of the link socket inherited as file descriptor N; the first message is the configuration. Nothing
+here decodes network messages, runs OpenVINO or encodes video: chunks, teleop targets and commands
+arrive over the link, and the loop's snapshot, events and each tick's episode record leave over it.
+The interpreter runs the loop's thread (pinned to the control CPU, SCHED_FIFO where allowed) and a
+main thread that only waits, writes flight recordings and handles signals.
+
+When the daemon side stops answering (its end of the link closes: SIGKILL, a native crash in
+inference, an exit; or nothing heard for ``control.link_timeout_s``), the loop holds the last safe
+goal at its next tick and, after ``safety.stall_timeout_s``, carries out ``safety.stall_action``, as
+for any other stall; once the arm is no longer moving this process shuts down (hold, then
+``safety.shutdown_action``) and exits. It never moves the arm again on its own.
+
+Signals: SIGTERM shuts down as above (systemd stopping the unit reaches this process too); SIGUSR1
+latches an e-stop at the next tick (``systemctl kill -s USR1`` reaches every process of the unit, so
+an e-stop works even while the daemon is hung); SIGINT is left to the daemon (Ctrl-C in a terminal
+reaches both, and the daemon asks for the shutdown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from drivers.config import ArmConfig
+from drivers.configtools import from_mapping
+from runtime.arm.wire import Link, LinkClosed, pack_array, pack_snapshot, unpack_array
+from runtime.bundle.manifest import parse_manifest
+from runtime.control.config import ControlConfig
+from runtime.control.feed import Blocked, OnDone
+from runtime.control.latch import Latch
+from runtime.control.loop import ControlLoop
+from runtime.control.mailbox import parse
+from runtime.control.mode import MOVING
+from runtime.teleop.config import TeleopConfig
+
+log = logging.getLogger("runtime.arm")
+
+#: seconds between full ``control status`` maps sent to the daemon (snapshots go every tick)
+STATUS_EVERY_S = 0.25
+
+
+class LinkPolicy:
+    """The loop's :class:`~runtime.control.feed.PolicyFeed` across the link: the daemon adds the camera
+    parts, asks its inference worker and sends the chunk back; it also says, many times a second,
+    whether the policy may be asked (the gate). Silence longer than ``timeout_s`` is a loss."""
+
+    def __init__(self, link: Link, timeout_s: float) -> None:
+        self.link = link
+        self.timeout_s = timeout_s
+        self._pending: dict[int, OnDone] = {}
+        self._ids = itertools.count(1)
+        self._gate: Blocked | None = Blocked("daemon", "no word from the daemon yet")
+        self._heard_at = time.monotonic()
+        self._lost: str | None = None
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False) -> bool:
+        if self.lost() is not None:
+            return False
+        rid = next(self._ids)
+        if not self.link.send({"t": "ask", "id": rid, "state": pack_array(state), "reset": reset}):
+            return False
+        self._pending[rid] = on_done
+        return True
+
+    def observe(self, state: np.ndarray, *, reset: bool = False) -> None:
+        if self.lost() is None:
+            self.link.send({"t": "obs", "state": pack_array(state), "reset": reset})
+
+    def blocked(self, now: float) -> Blocked | None:
+        lost = self._lost_at(now)
+        return Blocked("lost", lost) if lost is not None else self._gate
+
+    def lost(self) -> str | None:
+        return self._lost_at(time.monotonic())
+
+    def _lost_at(self, now: float) -> str | None:
+        if self._lost is not None:
+            return self._lost
+        silent = now - self._heard_at
+        if silent > self.timeout_s:
+            return f"the daemon has not answered for {silent:.2f} s (control.link_timeout_s {self.timeout_s:g})"
+        return None
+
+    # --- what arrived (on the loop's thread, before the tick) ---------------------------------
+
+    def heard(self) -> None:
+        self._heard_at = time.monotonic()
+
+    def on_gate(self, message: dict[str, Any]) -> None:
+        b = message.get("blocked")
+        self._gate = None if b is None else Blocked(str(b[0]), str(b[1]), tuple(b[2]))
+
+    def on_chunk(self, message: dict[str, Any]) -> None:
+        done = self._pending.pop(int(message["id"]), None)
+        if done is None:
+            return
+        actions = message.get("actions")
+        done(unpack_array(actions) if actions is not None else None, message.get("error"))
+
+    def on_lost(self, reason: str) -> None:
+        self._lost = reason
+        pending, self._pending = self._pending, {}
+        for done in pending.values():
+            done(None, reason)
+
+
+@dataclass
+class _EpisodeRecord:
+    """The arm's side of :class:`~runtime.control.episodes.EpisodeTap`: each tick's record goes to
+    the daemon with the snapshot, where the camera frames are and the episode is written."""
+
+    record: list[Any] | None = None
+    ended: bool = False
+
+    def tick(
+        self,
+        now: float,
+        present: np.ndarray | None,
+        goal: np.ndarray | None,
+        requested: np.ndarray | None,
+        source: str,
+        intervention: bool,
+    ) -> None:
+        def floats(a: np.ndarray | None) -> list[float] | None:
+            return None if a is None else [float(x) for x in a]
+
+        self.record = [now, floats(present), floats(goal), floats(requested), source, intervention]
+
+    def end(self) -> None:
+        self.ended = True
+
+    def status(self) -> None:
+        return None  # the daemon's side knows the episode
+
+
+class ArmSide:
+    """The loop's :class:`~runtime.control.loop.TickHooks` in the arm's process."""
+
+    def __init__(self, link: Link, policy: LinkPolicy, rate_hz: float) -> None:
+        self.link = link
+        self.policy = policy
+        self.episode = _EpisodeRecord()
+        self.dumps: deque[dict[str, Any]] = deque()
+        self.shutdown_requested = False
+        self.signal_estop = ""
+        self._status_every = max(1, round(rate_hz * STATUS_EVERY_S))
+        self._ticks = 0
+
+    def before_tick(self, loop: ControlLoop) -> None:
+        if self.signal_estop:
+            reason, self.signal_estop = self.signal_estop, ""
+            current = loop.estop
+            if current is None or not current.reason.startswith("signal"):
+                loop.request_estop(reason)
+        if self.link.closed:
+            return
+        try:
+            for message in self.link.receive():
+                self.policy.heard()
+                self._dispatch(loop, message)
+        except LinkClosed as e:
+            self._lost(loop, f"the daemon side is gone ({e})")
+
+    def _lost(self, loop: ControlLoop, reason: str) -> None:
+        if self.policy._lost is not None:
+            return
+        self.policy.on_lost(reason)
+        log.critical("arm: %s; holding the last safe goal, then %s", reason, loop.config.safety.stall_action)
+
+    def _dispatch(self, loop: ControlLoop, m: dict[str, Any]) -> None:
+        kind = m.get("t")
+        if kind == "gate":
+            self.policy.on_gate(m)
+        elif kind == "chunk":
+            self.policy.on_chunk(m)
+        elif kind == "target":
+            loop.teleop.put(int(m["seq"]), np.array(m["positions"], dtype=np.float64), float(m["at"]))
+        elif kind == "target_clear":
+            loop.teleop.clear()
+        elif kind == "estop":
+            loop.post_estop(Latch(int(m["id"]), str(m["reason"]), float(m["at"])))
+        elif kind == "cmd":
+            try:
+                loop.request(parse(str(m["word"]), str(m.get("who", "")), int(m.get("latch", 0))))
+            except ValueError as e:
+                loop.events.emit(logging.ERROR, "arm: refused a command from the daemon: %s", e)
+        elif kind == "dump":
+            self.dumps.append(m)
+        elif kind == "shutdown":
+            self.shutdown_requested = True
+
+    def after_tick(self, loop: ControlLoop) -> None:
+        link = self.link
+        if link.closed:
+            loop.events.drain()  # nobody to hear them: the journal has this process's own lines
+            return
+        record, self.episode.record = self.episode.record, None
+        message: dict[str, Any] = {"t": "tick", "snap": pack_snapshot(loop.snapshot()), "ep": record}
+        if self.episode.ended:
+            self.episode.ended = False
+            message["episode_end"] = True
+        link.send(message)
+        for event in loop.events.drain():
+            link.send({"t": "ev", "level": event.level, "text": event.text()})
+        while loop.dump_requests:
+            link.send({"t": "dumpreq", "reason": loop.dump_requests.popleft()})
+        self._ticks += 1
+        if self._ticks % self._status_every == 0:
+            link.send({"t": "status", "status": loop.status()})
+
+
+def _mlockall() -> str:
+    """Keep every page of this process in RAM: a page fault in the tick is a stall."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mlockall(3) == 0:  # MCL_CURRENT | MCL_FUTURE
+            return "memory locked"
+        return f"memory not locked ({os.strerror(ctypes.get_errno())}; grant LimitMEMLOCK=infinity)"
+    except (OSError, AttributeError) as e:
+        return f"memory not locked ({e})"
+
+
+def run(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    link = Link(sock)
+    init = _receive_init(sock)
+    link.sock.setblocking(False)
+    control = from_mapping(ControlConfig, init["control"], "control")
+    teleop = from_mapping(TeleopConfig, init["teleop"], "teleop")
+    arm_cfg = from_mapping(ArmConfig, init["arm"], "arm")
+    manifest = parse_manifest(init["manifest"], "the daemon's manifest")
+    cpu = init.get("cpu")
+
+    side: ArmSide | None = None
+    stop = {"term": False}
+
+    def on_term(sig: int, frame: FrameType | None) -> None:
+        stop["term"] = True
+
+    def on_estop(sig: int, frame: FrameType | None) -> None:
+        if side is not None:
+            side.signal_estop = f"signal {signal.Signals(sig).name}"
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, on_estop)
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {int(cpu)})
+        except OSError as e:
+            log.warning("arm: could not keep to CPU %s: %s", cpu, e)
+
+    from runtime.arm_monitor import ArmMonitor
+
+    monitor = ArmMonitor(arm_cfg)
+    try:
+        monitor.open_waiting(
+            float(init.get("arm_wait_s", 0.0)),
+            should_stop=lambda: stop["term"],
+            on_wait=lambda text: link.send({"t": "waiting", "text": text}),
+        )
+    except (InterruptedError, Exception) as e:  # the daemon reports it and exits; nothing moved
+        link.send({"t": "failed", "error": f"{type(e).__name__}: {e}" if not str(e) else str(e)})
+        return 1
+    bus = monitor.bus
+    assert bus is not None
+    policy = LinkPolicy(link, control.link_timeout_s)
+    loop: ControlLoop | None = None
+    try:
+        side = ArmSide(link, policy, control.rate_hz or manifest.control_rate_hz)
+        loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=teleop, hooks=side)
+        if init.get("record"):
+            loop.episodes = side.episode  # type: ignore[assignment]
+        link.send({"t": "status", "status": loop.status()})
+        memory = _mlockall()
+        gc.collect()
+        gc.freeze()  # what exists now is never scanned again: shorter collections in the tick
+        link.send(
+            {
+                "t": "ready",
+                "pid": os.getpid(),
+                "memory": memory,
+                "positions": {n: s.position for n, s in monitor.last_state.items()},
+            }
+        )
+        loop.start()
+        return _wait(loop, side, stop)
+    finally:
+        if loop is not None and loop.alive:
+            loop.shutdown()
+        ok = monitor.close()
+        link.send({"t": "bye", "ok": ok and (loop.shutdown_ok if loop is not None else True)})
+        link.close()
+
+
+def _receive_init(sock: socket.socket) -> dict[str, Any]:
+    import msgpack
+
+    sock.setblocking(True)
+    sock.settimeout(30.0)
+    data = sock.recv(1 << 20)
+    if not data:
+        raise SystemExit("arm: the daemon closed the link before its configuration")
+    message = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    if not isinstance(message, dict) or message.get("t") != "init":
+        raise SystemExit(f"arm: expected the configuration first, got {str(message)[:80]}")
+    return message
+
+
+def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
+    """The main thread: flight recordings, shutdown on request, on SIGTERM or after a loss."""
+    while loop.alive:
+        if stop["term"] or side.shutdown_requested:
+            break
+        if side.policy._lost is not None and loop.snapshot().mode not in MOVING:
+            log.warning("arm: the daemon side is gone and the arm is still: shutting down")
+            break
+        while side.dumps:
+            _dump(loop, side.link, side.dumps.popleft())
+        time.sleep(0.02)
+    ok = loop.shutdown()
+    while side.dumps:
+        _dump(loop, side.link, side.dumps.popleft())
+    return 0 if ok else 1
+
+
+def _dump(loop: ControlLoop, link: Link, request: dict[str, Any]) -> None:
+    from pathlib import Path
+
+    try:
+        path = loop.recorder.dump(Path(request["directory"]), str(request["reason"]), request.get("extra") or {})
+    except OSError as e:
+        link.send({"t": "dumped", "id": request["id"], "error": str(e)})
+        return
+    link.send({"t": "dumped", "id": request["id"], "path": str(path)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtime.arm", description="the arm's own process")
+    parser.add_argument("--fd", type=int, required=True, help="the link socket inherited from the daemon")
+    args = parser.parse_args(argv)
+    from runtime.log import setup_logging
+
+    setup_logging("INFO")
+    return run(args.fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
