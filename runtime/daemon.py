@@ -265,6 +265,16 @@ class Daemon:
         self.loop = link
         self.arm.source = link
         self.arm.poll()
+        where = "simulated servos on a pseudo-terminal" if self.config.arm.kind == "sim" else arm_cfg.port
+        positions = ", ".join(f"{n} {s.position:.1f}" for n, s in self.arm.last_state.items())
+        log.info(
+            "arm connected: %s %s on %s, driven by the arm process %d; positions %s",
+            arm_cfg.model,
+            self.config.arm.kind,
+            where,
+            link.pid,
+            positions,
+        )
         server.arm_status = self.arm.status
         control = LoopControl(link, self.config.daemon.state_path(), server.worker_thread_id, self.streams)
         server.control = control

@@ -91,8 +91,10 @@ def test_serve_with_the_sim_arm(demo_bundle: Path, short_dir: Path) -> None:
     assert "arm connected: so101 sim" in out
     assert "; arm ok" in out  # periodic stats line with the arm's health
     assert "arm disconnected" in out
-    # the shutdown order: intake stops before the arm is released
-    assert out.index("final stats") < out.index("arm disconnected")
+    # the shutdown order: motion is stopped (and the arm process releases its port) while the server
+    # still answers; then intake stops
+    assert out.index("arm disconnected") < out.index("final stats")
+    assert out.index("control: shut down") < out.index("final stats")
 
 
 def _drain(sock: socket.socket) -> list[bytes]:

@@ -189,6 +189,7 @@ class ArmLink:
             self._handshake(should_stop, on_wait)
         except BaseException:
             self._kill()
+            link.close()
             raise
         self._thread = threading.Thread(target=self._run, name="lerobot-runtime-arm-link", daemon=True)
         self._thread.start()
@@ -217,7 +218,10 @@ class ArmLink:
                     elif kind == "ready":
                         self.memory = str(m.get("memory", ""))
                         log.info("arm process %d holds the arm (%s)", self.pid, self.memory)
-                        return
+                    elif kind in ("tick", "ev"):
+                        self._dispatch(m)
+                        if kind == "tick":  # the loop ticks: what status reads is the loop's own
+                            return
             except LinkClosed:
                 code = self._proc.wait(5)
                 raise ArmProcessError(f"the arm process ended before it had the arm ({_exit_words(code)})") from None
@@ -253,6 +257,7 @@ class ArmLink:
                         log.exception("arm link: a message from the arm process failed: %s", m.get("t"))
             except LinkClosed:
                 self._died()
+                link.close()
                 return
 
     def _send_gate(self, now: float) -> None:

@@ -97,7 +97,9 @@ class LinkPolicy:
             return self._lost
         silent = now - self._heard_at
         if silent > self.timeout_s:
-            return f"the daemon has not answered for {silent:.2f} s (control.link_timeout_s {self.timeout_s:g})"
+            # for good: a daemon that comes back after this is not trusted to drive the arm again
+            self.on_lost(f"the daemon has not answered for {silent:.2f} s (control.link_timeout_s {self.timeout_s:g})")
+            return self._lost
         return None
 
     # --- what arrived (on the loop's thread, before the tick) ---------------------------------
@@ -171,7 +173,7 @@ class ArmSide:
             current = loop.estop
             if current is None or not current.reason.startswith("signal"):
                 loop.request_estop(reason)
-        if self.link.closed:
+        if self.link.closed or self.policy.lost() is not None:
             return
         try:
             for message in self.link.receive():
@@ -181,7 +183,7 @@ class ArmSide:
             self._lost(loop, f"the daemon side is gone ({e})")
 
     def _lost(self, loop: ControlLoop, reason: str) -> None:
-        if self.policy._lost is not None:
+        if self.policy.lost() is not None:
             return
         self.policy.on_lost(reason)
         log.critical("arm: %s; holding the last safe goal, then %s", reason, loop.config.safety.stall_action)
@@ -210,9 +212,8 @@ class ArmSide:
 
     def after_tick(self, loop: ControlLoop) -> None:
         link = self.link
-        if link.closed:
-            loop.events.drain()  # nobody to hear them: the journal has this process's own lines
-            return
+        if link.closed or self.policy.lost() is not None:
+            return  # the daemon cannot log them now: this process's main thread does (see _wait)
         record, self.episode.record = self.episode.record, None
         message: dict[str, Any] = {"t": "tick", "snap": pack_snapshot(loop.snapshot()), "ep": record}
         if self.episode.ended:
@@ -332,13 +333,18 @@ def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
     while loop.alive:
         if stop["term"] or side.shutdown_requested:
             break
-        if side.policy._lost is not None and loop.snapshot().mode not in MOVING:
+        lost = side.policy.lost() is not None
+        if lost:
+            loop.events.flush_to_log()  # to this process's own stderr: the journal
+        if lost and loop.snapshot().mode not in MOVING:
             log.warning("arm: the daemon side is gone and the arm is still: shutting down")
             break
         while side.dumps:
             _dump(loop, side.link, side.dumps.popleft())
         time.sleep(0.02)
     ok = loop.shutdown()
+    if side.policy.lost() is not None:
+        loop.events.flush_to_log()
     while side.dumps:
         _dump(loop, side.link, side.dumps.popleft())
     return 0 if ok else 1

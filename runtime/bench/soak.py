@@ -126,7 +126,7 @@ def _wait_ready(endpoint: str, daemon: subprocess.Popen[Any], daemon_log: Path) 
 def _start_motion(endpoint: str) -> None:
     """``control start``, retried while the camera's first frames are on their way."""
     from runtime.client import PolicyClient
-    from runtime.protocol.errors import ControlRefusedError
+    from runtime.protocol.errors import ControlRefusedError, NoControlError
 
     deadline = time.monotonic() + START_TIMEOUT_S
     with PolicyClient(endpoint, timeout_s=30.0) as client:
@@ -134,7 +134,7 @@ def _start_motion(endpoint: str) -> None:
             try:
                 client.control("start", who="bench soak")
                 return
-            except ControlRefusedError as e:
+            except (ControlRefusedError, NoControlError) as e:  # refused, or the arm process still starting
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"control start refused for {START_TIMEOUT_S:g} s: {e.message}") from None
                 time.sleep(0.2)

@@ -7,6 +7,7 @@ hands the loop's observations to the server's inference worker, ahead of network
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,8 @@ class LoopControl:
         status = self.loop.status()
         # OS thread ids, to check where they really run (/proc/PID/task/TID/stat field 39)
         status["threads"] = {"control": self.loop.snapshot().native_id, "inference": self.inference_thread}
+        # ... and the processes they are threads of (the loop's is the arm process, when it has one)
+        status["processes"] = {"control": getattr(self.loop, "pid", 0) or os.getpid(), "inference": os.getpid()}
         status["teleop"]["session"] = self.teleop.status()
         streams = self.streams
         if streams is not None:

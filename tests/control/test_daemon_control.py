@@ -145,7 +145,10 @@ state_dir = "{short_dir / "state"}"
             assert set(info.engine["cpus"]) == engine_cpus
             wait_for(lambda: _control_ready(client), timeout=60, what="the control loop with camera frames")
             client.control("start")
-            threads = client.control("status")["threads"]
+            status = client.control("status")
+            threads, processes = status["threads"], status["processes"]
+        # the loop runs in the arm process, inference in the daemon's
+        assert processes["inference"] == daemon.pid and processes["control"] != daemon.pid
         specs = json.dumps([[i.name, i.dtype, list(i.shape)] for i in info.inputs])
         # Requests back to back from another process, as a busy robot's clients would send them.
         load = subprocess.Popen(
@@ -154,20 +157,20 @@ state_dir = "{short_dir / "state"}"
             stdout=subprocess.DEVNULL,
         )
         time.sleep(0.5)
-        pid = daemon.pid
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        cpu_time = {t: thread_cpu_time(t, pid) or 0 for t in tids}
-        seen: dict[int, set[int]] = {t: set() for t in tids}
+        where = {"control": processes["control"], "inference": processes["inference"]}
+        tasks = [(pid, int(t)) for pid in set(where.values()) for t in os.listdir(f"/proc/{pid}/task")]
+        cpu_time = {(pid, t): thread_cpu_time(t, pid) or 0 for pid, t in tasks}
+        seen: dict[tuple[int, int], set[int]] = {task: set() for task in tasks}
         masks: set[int] = set()
         end = time.monotonic() + 1.5
         while time.monotonic() < end:
-            for t in tids:
+            for pid, t in tasks:
                 cpu = thread_cpu(t, pid)
                 if cpu is not None:
-                    seen[t].add(cpu)
-            masks |= thread_cpus_allowed(threads["inference"], pid) or set()
+                    seen[(pid, t)].add(cpu)
+            masks |= thread_cpus_allowed(threads["inference"], where["inference"]) or set()
             time.sleep(0.002)
-        busy = {t: (thread_cpu_time(t, pid) or 0) - cpu_time[t] for t in tids}
+        busy = {task: (thread_cpu_time(task[1], task[0]) or 0) - cpu_time[task] for task in tasks}
     finally:
         if load is not None:
             load.kill()
@@ -175,11 +178,12 @@ state_dir = "{short_dir / "state"}"
         daemon.terminate()
         daemon.wait(30)
     busiest = max(busy, key=lambda t: busy[t])
-    assert busiest == threads["inference"]  # inference is what keeps a CPU busy
+    assert busiest == (where["inference"], threads["inference"])  # inference is what keeps a CPU busy
     assert seen[busiest] <= engine_cpus, f"inference ran on {sorted(seen[busiest])}"
     # Not only where it happened to run: the kernel was never allowed to put inference on the control CPU.
     assert masks == engine_cpus, f"the inference thread's affinity reached {sorted(masks)}"
-    assert seen[threads["control"]] == {control_cpu}
+    # the loop's thread, in the arm process, ran on the control CPU and nowhere else
+    assert seen[(where["control"], threads["control"])] == {control_cpu}
 
 
 def _control_ready(client: PolicyClient) -> bool:

@@ -33,7 +33,8 @@ class RecordingNotifier(SystemdNotifier):
 
     def notify(self, *fields: str) -> bool:
         d = self.daemon
-        arm_ok = d is not None and d.arm is not None and d.arm.bus is not None and d.arm.healthy
+        # the daemon's own bus, or the arm process's reads (which the daemon holds as the arm's source)
+        arm_ok = d is not None and d.arm is not None and (d.arm.bus or d.arm.source) is not None and d.arm.healthy
         serving = d is not None and d.server is not None and d.server.running
         self.sent.append((fields, arm_ok, serving))
         return True

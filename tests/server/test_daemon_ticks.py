@@ -774,6 +774,7 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
 ) -> None:
     from drivers.calibration import load_calibration
     from drivers.sim.arm import simulator_for
+    from runtime.control.config import ControlConfig
     from runtime.control.episodes import EpisodeTap
     from runtime.control.handler import ServerInference
     from runtime.engine.config import EngineConfig
@@ -788,6 +789,8 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
         engine=EngineConfig(control_cpu=4095),
         server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
         arm=ArmConfig(kind="sim", calibration=str(so101)),
+        # the loop as a thread of the daemon: what is asserted here are the loop's own parts
+        control=ControlConfig(process="thread"),
         daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=1.0, state_dir=str(short_tmp)),
         recording=RecordingConfig(dataset_dir=str(short_tmp / "ds")),
         teleop=teleop,
