@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "runtime.commands.engine",  # export, lower, check, bench engine
     "runtime.commands.serve",  # serve, keys, bench serve, canary, soak
     "runtime.commands.control",  # control, camera, replay, bench loop
+    "runtime.commands.arm",  # bench ipc
     "runtime.commands.teleop",  # teleop, bench teleop
     "runtime.commands.bundle",  # bundle install
     "runtime.commands.status",  # status
