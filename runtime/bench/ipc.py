@@ -194,7 +194,8 @@ def _zmq(message: bytes, n: int, workdir: str) -> dict[str, Any]:
 
     def take() -> bytes | None:
         try:
-            return s.recv(zmq.NOBLOCK)  # type: ignore[no-any-return]
+            data: bytes = s.recv(zmq.NOBLOCK)
+            return data
         except zmq.Again:
             return None
 
@@ -210,8 +211,9 @@ def _zmq(message: bytes, n: int, workdir: str) -> dict[str, Any]:
 def _shm(message: bytes, n: int) -> dict[str, Any]:
     a = shared_memory.SharedMemory(create=True, size=SLOT)
     b = shared_memory.SharedMemory(create=True, size=SLOT)
-    a.buf[:16] = bytes(16)
-    b.buf[:16] = bytes(16)
+    for shm in (a, b):
+        assert shm.buf is not None
+        shm.buf[:16] = bytes(16)
     peer = mp.get_context("fork").Process(target=_echo_shm, args=(a.name, b.name))
     peer.start()
     state = {"seq": 0, "seen": 0}
