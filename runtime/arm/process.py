@@ -164,6 +164,7 @@ class ArmSide:
         self.dumps: deque[dict[str, Any]] = deque()
         self.shutdown_requested = False
         self.signal_estop = ""
+        self._signal_latched_at = -1e9
         self._status_every = max(1, round(rate_hz * STATUS_EVERY_S))
         self._ticks = 0
 
@@ -171,8 +172,14 @@ class ArmSide:
         if self.signal_estop:
             reason, self.signal_estop = self.signal_estop, ""
             current = loop.estop
-            if current is None or not current.reason.startswith("signal"):
+            forwarded = (
+                current is not None
+                and current.reason.startswith("signal")
+                and time.monotonic() - current.requested_at < 1.0
+            )
+            if not forwarded:  # the daemon's copy of the same signal may have come first
                 loop.request_estop(reason)
+                self._signal_latched_at = time.monotonic()
         if self.link.closed or self.policy.lost() is not None:
             return
         try:
@@ -199,7 +206,10 @@ class ArmSide:
         elif kind == "target_clear":
             loop.teleop.clear()
         elif kind == "estop":
-            loop.post_estop(Latch(int(m["id"]), str(m["reason"]), float(m["at"])))
+            reason = str(m["reason"])
+            if reason.startswith("signal") and time.monotonic() - self._signal_latched_at < 1.0:
+                return  # `systemctl kill -s USR1` reached this process too: one latch for one signal
+            loop.post_estop(Latch(int(m["id"]), reason, float(m["at"])))
         elif kind == "cmd":
             try:
                 loop.request(parse(str(m["word"]), str(m.get("who", "")), int(m.get("latch", 0))))

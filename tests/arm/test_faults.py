@@ -212,3 +212,30 @@ def test_the_arm_process_dies_the_daemon_says_so_withholds_the_watchdog_and_rest
         assert not any(p.cmdline()[-2:-1] == ["--fd"] for p in psutil.Process().children(recursive=True))
     finally:
         d.shutdown()
+
+
+def test_an_estop_signal_to_the_unit_reaches_the_arm_process_and_latches_once(
+    servos, demo_bundle: Path, short_dir: Path, camera: Camera
+) -> None:
+    """``systemctl kill -s USR1`` signals every process of the unit: the arm process latches by itself
+    (so it works while the daemon hangs), and the daemon's copy of the same signal adds no second latch."""
+    from runtime.config import load_config
+    from runtime.daemon import Daemon
+    from tests.server.test_daemon_lifecycle import RecordingNotifier
+
+    sim, _ = servos
+    d = Daemon(load_config(_config(short_dir, demo_bundle, sim.port, camera)), notifier=RecordingNotifier())
+    d.startup()
+    try:
+        assert d.loop is not None
+        link = d.loop
+        os.kill(link.pid, signal.SIGUSR1)
+        d.handle_estop(signal.SIGUSR1, None)
+        wait_for(lambda: link.snapshot().mode == "estopped", timeout=2, what="the e-stop")
+        time.sleep(0.3)  # a second latch, if any, would be taken by now
+        snap = link.snapshot()
+        assert snap.latch is not None and snap.latch.reason == "signal SIGUSR1"
+        assert snap.latch.id == 1 and snap.latches_taken == 1  # one latch for the one signal
+        assert link.estop is not None and link.estop.id == snap.latch.id
+    finally:
+        d.shutdown()
