@@ -198,12 +198,14 @@ class ArmLink:
         assert self._link is not None and self._proc is not None
         poller = select.poll()
         poller.register(self._link.fileno(), select.POLLIN)
-        terminated = False
+        terminated = ready = False
         while True:
             if should_stop() and not terminated:
                 self._proc.send_signal(signal.SIGTERM)  # it stops waiting for the arm and says so
                 terminated = True
-            poller.poll(100)
+            if ready:  # from now on the arm process counts silence as the daemon's loss
+                self._send_gate(time.monotonic())
+            poller.poll(GATE_EVERY_S * 1e3)
             try:
                 for m in self._link.receive():
                     kind = m.get("t")
@@ -216,6 +218,7 @@ class ArmLink:
                     elif kind == "status":
                         self._status = m["status"]
                     elif kind == "ready":
+                        ready = True
                         self.memory = str(m.get("memory", ""))
                         log.info("arm process %d holds the arm (%s)", self.pid, self.memory)
                     elif kind in ("tick", "ev"):

@@ -314,6 +314,7 @@ def run(fd: int) -> int:
                 "positions": {n: s.position for n, s in monitor.last_state.items()},
             }
         )
+        policy.heard()  # silence counts from here, not from before the arm was opened
         loop.start()
         return _wait(loop, side, stop)
     finally:
