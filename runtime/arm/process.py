@@ -166,6 +166,7 @@ class ArmSide:
         self.signal_estop = ""
         self._signal_latched_at = -1e9
         self._status_every = max(1, round(rate_hz * STATUS_EVERY_S))
+        self._status_failed = False
         self._ticks = 0
 
     def before_tick(self, loop: ControlLoop) -> None:
@@ -236,7 +237,14 @@ class ArmSide:
             link.send({"t": "dumpreq", "reason": loop.dump_requests.popleft()})
         self._ticks += 1
         if self._ticks % self._status_every == 0:
-            link.send({"t": "status", "status": loop.status()})
+            status = loop.status()
+            status["link"] = {"dropped": link.dropped}
+            try:
+                link.send({"t": "status", "status": status})
+            except (TypeError, ValueError) as e:  # a value msgpack cannot carry: say so, never stop the tick
+                if not self._status_failed:
+                    self._status_failed = True
+                    loop.events.emit(logging.ERROR, "arm: the status map could not be sent: %s", e)
 
 
 def _mlockall() -> str:
