@@ -166,6 +166,8 @@ class ArmLink:
         # the arm process imports this package from wherever the daemon did
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # numpy's BLAS would start a thread pool of its own beside the loop: the arm process needs none
+        env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "runtime.arm", "--fd", str(child.fileno())],
             pass_fds=(child.fileno(),),

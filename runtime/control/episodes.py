@@ -15,13 +15,15 @@ import logging
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from runtime.control.events import EventLog
-from runtime.control.streams import ObservationStreams
 from runtime.errors import RecordingError
+
+if TYPE_CHECKING:  # the arm process imports the loop, the loop this module: no ZeroMQ there
+    from runtime.control.streams import ObservationStreams
 
 IMAGE_PREFIX = "observation.images."
 

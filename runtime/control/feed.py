@@ -14,14 +14,16 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from runtime.bundle.manifest import Manifest
-from runtime.control.streams import ObservationStreams
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ConfigError, InputValidationError
+
+if TYPE_CHECKING:  # the arm process imports this module: no ZeroMQ there
+    from runtime.control.streams import ObservationStreams
 
 log = logging.getLogger(__name__)
 

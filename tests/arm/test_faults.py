@@ -239,3 +239,33 @@ def test_an_estop_signal_to_the_unit_reaches_the_arm_process_and_latches_once(
         assert link.estop is not None and link.estop.id == snap.latch.id
     finally:
         d.shutdown()
+
+
+def test_the_arm_process_holds_no_network_inference_or_video_code_and_runs_two_threads(
+    servos, demo_bundle: Path, short_dir: Path, camera: Camera
+) -> None:
+    """What the arm process is, seen from outside while it drives the arm: its memory maps hold no
+    OpenVINO, no ZeroMQ and no video codec library, and it runs its loop thread and its main thread."""
+    from runtime.config import load_config
+    from runtime.daemon import Daemon
+    from tests.server.test_daemon_lifecycle import RecordingNotifier
+
+    sim, _ = servos
+    d = Daemon(load_config(_config(short_dir, demo_bundle, sim.port, camera)), notifier=RecordingNotifier())
+    d.startup()
+    try:
+        assert d.loop is not None
+        link = d.loop
+        wait_for(lambda: not link.status()["stale_streams"], timeout=30, what="camera frames")
+        link.request("start", "test")
+        wait_for(lambda: link.snapshot().counters["chunks"] >= 1, timeout=30, what="a chunk executed")
+        maps = Path(f"/proc/{link.pid}/maps").read_text()
+        daemon_maps = Path(f"/proc/{os.getpid()}/maps").read_text()
+        for library in ("libopenvino", "libzmq", "libavcodec"):
+            assert library not in maps, f"the arm process maps {library}"
+        assert "libopenvino" in daemon_maps and "libzmq" in daemon_maps  # the check looks where they would be
+        threads = os.listdir(f"/proc/{link.pid}/task")
+        assert len(threads) == 2, f"the arm process runs {len(threads)} threads"
+        assert link.snapshot().native_id in {int(t) for t in threads}
+    finally:
+        d.shutdown()
