@@ -360,11 +360,8 @@ class ArmLink:
         return snap
 
     def stalled_for(self, now: float) -> float:
-        at = self.snapshot().at
-        if not self.alive or at == 0.0:
-            return 0.0
-        late = now - at
-        return late if late > 5 * self.period else 0.0
+        """Seconds since the arm process's last tick beyond five periods (0 while it ticks)."""
+        return self.snapshot().stalled_for(now, self.period) if self.alive else 0.0
 
     @property
     def estop(self) -> Latch | None:

@@ -210,11 +210,7 @@ class ControlLoop:
 
     def stalled_for(self, now: float) -> float:
         """Seconds since the last tick beyond five periods (0 while ticking normally)."""
-        at = self.snapshot().at
-        if not self.alive or at == 0.0:
-            return 0.0
-        late = now - at
-        return late if late > 5 * self.period else 0.0
+        return self.snapshot().stalled_for(now, self.period) if self.alive else 0.0
 
     def snapshot(self) -> Snapshot:
         """The newest per-tick snapshot (any thread; never waits)."""

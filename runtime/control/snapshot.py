@@ -59,6 +59,13 @@ class Snapshot:
     write_periods: int = 0
     writes_off: int = 0
 
+    def stalled_for(self, now: float, period: float) -> float:
+        """Seconds since this tick beyond five periods (0 while ticking normally, or before a tick)."""
+        if self.at == 0.0:
+            return 0.0
+        late = now - self.at
+        return late if late > 5 * period else 0.0
+
     @property
     def source(self) -> Source:
         return source_of(self.mode)

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -73,6 +74,18 @@ state_dir = "{short_dir / "state"}"
 """
     )
     return path
+
+
+def _daemon(sim: ServoSimulator, demo_bundle: Path, short_dir: Path, camera: Camera) -> tuple[Any, Any]:
+    """The daemon in this process (started; the caller shuts it down), its arm process on ``sim``."""
+    from runtime.config import load_config
+    from runtime.daemon import Daemon
+    from tests.server.test_daemon_lifecycle import RecordingNotifier
+
+    notifier = RecordingNotifier()
+    d = Daemon(load_config(_config(short_dir, demo_bundle, sim.port, camera)), notifier=notifier)
+    d.startup()
+    return d, notifier
 
 
 def _goals(sim: ServoSimulator, calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
@@ -183,15 +196,7 @@ def test_the_daemon_side_dies_while_the_arm_moves_the_arm_holds_then_rests(
 def test_the_arm_process_dies_the_daemon_says_so_withholds_the_watchdog_and_restarts_nothing(
     servos, demo_bundle: Path, short_dir: Path, camera: Camera
 ) -> None:
-    from runtime.config import load_config
-    from runtime.daemon import Daemon
-    from tests.server.test_daemon_lifecycle import RecordingNotifier
-
-    sim, _ = servos
-    config = load_config(_config(short_dir, demo_bundle, sim.port, camera))
-    notifier = RecordingNotifier()
-    d = Daemon(config, notifier=notifier)
-    d.startup()
+    d, notifier = _daemon(servos[0], demo_bundle, short_dir, camera)
     try:
         assert d.loop is not None
         link = d.loop
@@ -219,13 +224,7 @@ def test_an_estop_signal_to_the_unit_reaches_the_arm_process_and_latches_once(
 ) -> None:
     """``systemctl kill -s USR1`` signals every process of the unit: the arm process latches by itself
     (so it works while the daemon hangs), and the daemon's copy of the same signal adds no second latch."""
-    from runtime.config import load_config
-    from runtime.daemon import Daemon
-    from tests.server.test_daemon_lifecycle import RecordingNotifier
-
-    sim, _ = servos
-    d = Daemon(load_config(_config(short_dir, demo_bundle, sim.port, camera)), notifier=RecordingNotifier())
-    d.startup()
+    d, _ = _daemon(servos[0], demo_bundle, short_dir, camera)
     try:
         assert d.loop is not None
         link = d.loop
@@ -246,13 +245,7 @@ def test_the_arm_process_holds_no_network_inference_or_video_code_and_runs_two_t
 ) -> None:
     """What the arm process is, seen from outside while it drives the arm: its memory maps hold no
     OpenVINO, no ZeroMQ and no video codec library, and it runs its loop thread and its main thread."""
-    from runtime.config import load_config
-    from runtime.daemon import Daemon
-    from tests.server.test_daemon_lifecycle import RecordingNotifier
-
-    sim, _ = servos
-    d = Daemon(load_config(_config(short_dir, demo_bundle, sim.port, camera)), notifier=RecordingNotifier())
-    d.startup()
+    d, _ = _daemon(servos[0], demo_bundle, short_dir, camera)
     try:
         assert d.loop is not None
         link = d.loop
