@@ -283,6 +283,11 @@ def run(fd: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, on_estop)
+    # started by a thread that a library may have raised to real time: this process starts normal,
+    # and only its loop thread asks for control.rt_priority
+    from runtime.scheduling import normal_scheduling
+
+    normal_scheduling()
     if cpu is not None:
         try:
             os.sched_setaffinity(0, {int(cpu)})

@@ -70,7 +70,17 @@ def probe_frames(count: int, height: int, width: int) -> list[npt.NDArray[np.uin
 
 
 def measure(video: VideoSettings, height: int, width: int, fps: int, frames: int = PROBE_FRAMES) -> Probe:
-    """Open ``video.codec`` and encode ``frames`` frames into a scratch file; the cost per frame."""
+    """Open ``video.codec`` and encode ``frames`` frames into a scratch file; the cost per frame.
+
+    The calling thread's scheduling is put back afterwards (SVT-AV1 raises it to SCHED_FIFO 99, and
+    whatever this thread starts later would inherit it)."""
+    from runtime.scheduling import keep_scheduling
+
+    with keep_scheduling():
+        return _measure(video, height, width, fps, frames)
+
+
+def _measure(video: VideoSettings, height: int, width: int, fps: int, frames: int) -> Probe:
     av = _av()
     images = probe_frames(frames, height, width)
     with tempfile.TemporaryDirectory(prefix="codec-probe-") as tmp:

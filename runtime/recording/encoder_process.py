@@ -37,6 +37,7 @@ from runtime.errors import RecordingError
 from runtime.recording.shm_ring import FrameRing, attach, slot_views
 from runtime.recording.stats import ImageStats, Stats
 from runtime.recording.video import EpisodeVideo, VideoSettings
+from runtime.scheduling import normal_scheduling
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,10 @@ def _main(spec: EncoderSpec, commands: Connection, replies: Connection) -> None:
                         if pts != video.frames:
                             raise RecordingError(f"frame pts: expected {video.frames}, got {pts}")
                         video.add(views[slot])
+                        if video.frames == 1:
+                            # SVT-AV1 raised its threads to SCHED_FIFO 99 as the codec opened: below
+                            # everything real-time here, as an encoder that may drop frames should be
+                            normal_scheduling()
                         stats.add(views[slot])
                         if spec.delay_ms:
                             time.sleep(spec.delay_ms / 1000)

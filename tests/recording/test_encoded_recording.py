@@ -214,3 +214,30 @@ def test_encoders_run_only_on_the_cpus_they_are_given(root: Path) -> None:
     assert len(ran_on) >= 40
     assert set(ran_on) == {allowed}
     assert masks == {frozenset({allowed})}
+
+
+def test_encoders_and_the_probe_leave_no_real_time_thread_behind(root: Path) -> None:
+    """SVT-AV1 raises the thread that opens it (and its own threads) to SCHED_FIFO 99 when the process
+    may: the codec probe puts the daemon's thread back, and every thread of an encoding encoder
+    process is SCHED_OTHER, below the control loop's priority."""
+    from runtime.recording.codec_choice import measure
+    from runtime.recording.video import VideoSettings
+
+    before = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    probe = measure(VideoSettings(codec="libsvtav1"), 96, 128, 30, frames=3)
+    assert probe.ok, probe
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+    config = RecordingConfig(dataset_dir=str(root), codec="libsvtav1")
+    with EpisodeRecorder.create(config, two_cameras()) as recorder:
+        pids = [enc.pid for enc in recorder._encoders.values()]
+        recorder.start_episode("scheduling")
+        for t in ticks(10, seed=4):
+            assert add_both(recorder, t)
+            time.sleep(1 / 60)
+        time.sleep(0.3)  # the codecs are open and encoding by now
+        policies = {
+            (pid, tid): os.sched_getscheduler(tid) for pid in pids if pid is not None for tid in _threads(pid)
+        }
+        recorder.end_episode()
+        assert recorder.flush(60)
+    assert policies and all(p == os.SCHED_OTHER for p in policies.values()), policies
