@@ -32,6 +32,8 @@ class TeleopControl:
     def __init__(self, loop: ControlLoop | ArmLink, clock: Callable[[], float] = time.monotonic) -> None:
         self.loop = loop
         self.sessions = TeleopSessions(loop.teleop.config.session_timeout_ms / 1e3)
+        #: the session whose last command was a hand-back (its close must not stop the policy)
+        self._handed_back: str | None = None
         #: set while the daemon reads a leader of its own: stations are refused, naming it
         self.local: str | None = None
         self._clock = clock
@@ -54,8 +56,9 @@ class TeleopControl:
             lost.who,
             self.sessions.timeout_s * 1e3,
         )
-        if self.loop.snapshot().mode is Mode.TELEOP:
+        if self.loop.snapshot().mode is Mode.TELEOP and self._handed_back != lost.token:
             self.loop.request("stop", f"{lost.who} (session lost)")
+        self._handed_back = None
 
     def handle(self, request: TeleopRequest, client: str) -> dict[str, Any]:
         now = self._clock()
@@ -104,8 +107,10 @@ class TeleopControl:
             return self._state(accepted, request.seq, now)
         if kind == "teleop.take_over":
             self._command("teleop", who, request)
+            self._handed_back = None
         elif kind == "teleop.hand_back":
             self._command("start", who, request)
+            self._handed_back = session.token
         elif kind.startswith("teleop.episode_"):
             if loop.episodes is None:
                 raise ControlRefusedError(
@@ -119,8 +124,11 @@ class TeleopControl:
             self.sessions.close(request.session, now)
             loop.teleop.clear()
             loop.events.emit(logging.INFO, "teleop: session of %s closed", who)
-            if loop.snapshot().mode is Mode.TELEOP:
+            # a hand-back queued just before the close is not undone by it: the mode still reads
+            # teleop until the loop's next tick carries the hand-back out
+            if loop.snapshot().mode is Mode.TELEOP and self._handed_back != session.token:
                 loop.request("stop", f"{who} (session closed)")
+            self._handed_back = None
         return {"accepted": True, "mode": loop.snapshot().mode.value}
 
     def _command(self, command: str, who: str, request: TeleopRequest) -> None:

@@ -285,6 +285,26 @@ def test_estop_from_the_station_latches(daemon: Daemon, leader: SimLeader, clien
         station.close()
 
 
+def test_closing_right_after_a_hand_back_leaves_the_policy_running(
+    daemon: Daemon, leader: SimLeader, client: PolicyClient
+) -> None:
+    """A station that hands back and closes at once (``h`` then ``q``): the close must not stop the
+    policy it just handed the arm to, though the mode still read teleop when the close came."""
+    loop = daemon.loop
+    assert loop is not None
+    client.control("start")
+    wait_for(lambda: loop.snapshot().mode == "running", what="policy running")
+    body, _ = client.teleop("open", who="quick")
+    session = body["session"]
+    client.teleop("take_over", session=session)
+    wait_for(lambda: loop.snapshot().mode == "teleop", what="teleop")
+    client.teleop("hand_back", session=session)
+    client.teleop("close", session=session)
+    wait_for(lambda: loop.snapshot().mode == "running", what="the policy again")
+    time.sleep(0.3)  # a stop queued behind the hand-back would have been carried out by now
+    assert loop.snapshot().mode == "running"
+
+
 def test_a_leader_on_the_robots_own_computer(
     demo_bundle: Path, short_dir: Path, camera: Camera, calibration: Calibration
 ) -> None:
