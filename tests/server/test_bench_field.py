@@ -1,0 +1,93 @@
+"""``bench field``: the servo-side stamps and log analysis. Behaviour only: timing targets are never
+asserted here (the machine is shared and noisy)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from drivers.calibration import load_calibration
+from drivers.feetech.bus import FeetechBus
+from runtime.bench.field_servos import (
+    ArrivalStampedSimulator,
+    ServoLog,
+    after_kill,
+    calibration_path,
+    teleop_latency,
+    write_periods,
+)
+
+PERIOD = 1 / 30
+
+
+def _log(writes: list[tuple[float, list[int]]], torque: list[tuple[float, int]] | None = None) -> ServoLog:
+    goals = {i + 1: np.array([[t, g[i]] for t, g in writes], dtype=np.float64).reshape(-1, 2) for i in range(6)}
+    torques = {i + 1: np.array(torque or [], dtype=np.float64).reshape(-1, 2) for i in range(6)}
+    return ServoLog("SCHED_FIFO 40", goals, torques)
+
+
+def test_write_periods_count_missing_writes_apart_from_late_ones() -> None:
+    stamps = np.arange(10) * PERIOD
+    stamps[4] += 0.006  # one write 6 ms late: two periods 6 ms off
+    stamps = np.delete(stamps, [7, 8])  # two writes missing
+    r = write_periods(stamps, PERIOD)
+    assert r["writes"] == 8 and r["missing_periods"] == 2
+    assert r["periods"] == 6 and r["off_5ms"] == 2
+    assert r["period_error_ms"]["max"] == pytest.approx(6.0, abs=1e-6)
+    assert r["max_gap_ms"] == pytest.approx(3000 / 30, abs=1e-3)
+
+
+def test_teleop_latency_takes_the_first_target_and_the_first_write_that_carry_the_move() -> None:
+    moves = [(1.0, 1.0), (2.0, 0.0)]
+    sends = [(0.99, 0.0), (1.01, 1.0), (1.04, 1.0), (2.02, 0.0)]
+    times = np.array([1.0, 1.0333, 1.0666, 2.0, 2.0333])
+    values = np.array([0.0, 1.0, 1.0, 1.0, 0.0])
+    r = teleop_latency(times, values, moves, sends, 0.05)
+    assert r["measured"] == 2 and r["missed"] == 0
+    assert r["send_to_write_ms"]["p50"] == pytest.approx((23.3 + 13.3) / 2, abs=0.1)
+    assert r["move_to_write_ms"]["max"] == pytest.approx(33.3, abs=0.1)
+    assert teleop_latency(times, values, [(3.0, 5.0)], sends, 0.05)["missed"] == 1
+
+
+def test_after_kill_says_when_nothing_was_written() -> None:
+    r = after_kill(_log([(0.0, [2000] * 6), (PERIOD, [2001] * 6)]), 0.05, PERIOD, {3: 2200})
+    assert r["verdict"] == "no write after the kill" and r["writes_after"] == 0 and r["first"] is None
+
+
+def test_after_kill_classes_hold_then_rest_then_torque_off() -> None:
+    before = [(0.0, [2000] * 6), (PERIOD, [2001] * 6)]
+    hold = [(2 * PERIOD, [2001] * 6)]
+    rest = [(3 * PERIOD + k * PERIOD, [2001, 2001, 2010 + 10 * k, 2001, 2001, 2001]) for k in range(3)]
+    r = after_kill(_log(before + hold + rest, [(0.5, 0)]), 1.5 * PERIOD, PERIOD, {3: 2030})
+    assert r["first"]["is_hold"] and r["first"]["at_next_tick"]
+    assert [(run["kind"], run["writes"]) for run in r["runs"]] == [("hold", 1), ("rest", 3)]
+    assert r["rest_reached"] and r["torque_off_after_ms"] == pytest.approx((0.5 - 1.5 * PERIOD) * 1e3, abs=0.1)
+    assert r["verdict"].startswith("hold x1, then rest x3, then torque off")
+
+
+def test_every_servo_of_a_sync_write_carries_the_time_its_bytes_arrived() -> None:
+    cal = load_calibration(calibration_path())
+    sim = ArrivalStampedSimulator(cal).start()
+    bus = FeetechBus(sim.port, cal)
+    try:
+        bus.connect()
+        slow = sim.servo(1)
+        original = slow.write
+
+        def slow_write(address: int, data: bytes) -> None:
+            time.sleep(0.05)  # handling one servo takes long: the later servos are handled later
+            original(address, data)
+
+        slow.write = slow_write  # type: ignore[method-assign]
+        before = time.monotonic()
+        bus.write_goals(bus.read_positions())
+        time.sleep(0.2)
+        stamps = {i: s.goal_log[-1][0] for i, s in sim.servos.items()}
+        slow.write = original  # type: ignore[method-assign]
+    finally:
+        bus.disconnect()
+        sim.stop()
+    assert len(set(stamps.values())) == 1  # one arrival, whatever each servo's handling took
+    assert before <= stamps[6] < before + 0.05
