@@ -1,11 +1,16 @@
-"""``bench field``: the servo-side stamps and log analysis. Behaviour only: timing targets are never
-asserted here (the machine is shared and noisy)."""
+"""``bench field``: the servo-side stamps and log analysis, and the whole harness end to end on the demo
+bundle (one camera, seconds of run), leaving no process behind. Behaviour only: timing targets are
+never asserted here (the machine is shared and noisy)."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 
 from drivers.calibration import load_calibration
@@ -91,3 +96,67 @@ def test_every_servo_of_a_sync_write_carries_the_time_its_bytes_arrived() -> Non
         sim.stop()
     assert len(set(stamps.values())) == 1  # one arrival, whatever each servo's handling took
     assert before <= stamps[6] < before + 0.05
+
+
+@pytest.fixture
+def no_new_processes() -> Iterator[None]:
+    # children the test process had before (multiprocessing's resource tracker, once any test used it)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    assert [p for p in psutil.Process().children(recursive=True) if p.pid not in before] == []
+
+
+def _run(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    from runtime.cli import main
+
+    args = ["bench", "field", "--demo", "--seconds", "2", "--floor-seconds", "1", "--json", *extra]
+    assert main(args) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def _assert_the_workload_ran(r: dict[str, Any]) -> None:
+    assert r["cpu_flags"] == sorted(r["cpu_flags"]) and r["cpus"] >= 1
+    assert r["engine"]["engine"] == "openvino"
+    s, d, a = r["servos"], r["daemon"], r["agreement"]
+    assert s["writes"] > 0 and s["periods"] > 0 and s["missing_periods"] >= 0
+    assert s["period_error_ms"]["p99"] is not None and s["period_error_ms"]["p99"] >= s["period_error_ms"]["p50"]
+    assert d["ticks"] > 0 and d["writes"] > 0
+    assert d["status_write_period_error_ms"]["p99"] is not None and d["status_jitter_ms"]["p99"] is not None
+    assert d["flight_periods"] > 0  # the flight recording of the run came back from control dump
+    assert a["matched_writes"] > 0 and a["p99_difference_ms"] >= 0
+    assert r["scheduling"]["servo_simulator"].startswith(("SCHED_FIFO", "SCHED_OTHER"))
+    assert r["floor"] is not None and r["floor"]["at_servos"]["writes"] > 0
+    t = r["teleop"]
+    assert t["moves"] > 0 and t["measured"] > 0 and t["send_to_write_ms"]["p50"] > 0
+    assert t["targets_sent"] > 0 and t["episode_start"] == "episode start"
+    rec = r["recording"]
+    assert rec["episodes_written"] == 1 and rec["frames_written"] > 0
+    assert list(rec["per_camera"]) == ["observation.images.front"]
+    assert rec["per_camera"]["observation.images.front"]["stream_frames_received"] > 0
+    assert rec["dataset_check"]["ok"] and rec["dataset_check"]["episodes"] == 1
+    assert r["load"]["infers_in_window"] > 0 and r["load"]["server_errors_in_window"] == {}
+
+
+def test_bench_field_runs_the_workload_and_stops_the_daemon_gracefully(
+    capsys: pytest.CaptureFixture[str], no_new_processes: None
+) -> None:
+    r = _run(capsys)
+    _assert_the_workload_ran(r)
+    assert r["load"]["infer_client"]["replies"] > 0
+    assert r["daemon_exit_status"] == 0 and r["daemon_children_left_behind"] == []
+    assert "kill" not in r
+
+
+def test_bench_field_kill_reports_what_the_servos_got_after_it(
+    capsys: pytest.CaptureFixture[str], no_new_processes: None
+) -> None:
+    r = _run(capsys, "--kill")
+    _assert_the_workload_ran(r)
+    k = r["kill"]
+    assert r["kill_case"] == "station" and k["mode_before"] == "teleop"
+    assert k["last_write_before_ms"] < 0
+    if k["writes_after"] == 0:  # the daemon's process held the arm: nothing reaches it once it is gone
+        assert k["verdict"].startswith("no write after the kill") and k["first"] is None
+    else:  # an arm process of its own outlives it
+        assert k["first"]["after_kill_ms"] >= 0 and k["runs"]
