@@ -211,7 +211,14 @@ def _q(text: str | Path) -> str:
 
 
 def _config(
-    workdir: Path, bundle: Path, port: str, tcp_port: int, cameras: list[Any], seconds: float, codec: str
+    workdir: Path,
+    bundle: Path,
+    port: str,
+    tcp_port: int,
+    cameras: list[Any],
+    seconds: float,
+    codec: str,
+    control_process: str | None,
 ) -> Path:
     streams = "".join(f"[[control.streams]]\ninput = {_q(c.input)}\nendpoint = {_q(c.endpoint)}\n\n" for c in cameras)
     rest = ", ".join(f"{k} = {v}" for k, v in REST_POSE.items())
@@ -233,6 +240,7 @@ calibration = {_q(calibration_path())}
 [control]
 rate_hz = {RATE_HZ}
 recorder_s = {seconds + 120:g}     # the flight recorder holds the whole run (control dump)
+{f"process = {_q(control_process)}" if control_process else ""}
 
 {streams}[control.safety]
 max_first_step_deg = 360.0         # random weights act anywhere; the envelope still bounds every goal
@@ -402,12 +410,21 @@ class _Run:
     however the run ends) and what it saw, step by step."""
 
     def __init__(
-        self, workdir: Path, bundle: Path, *, seconds: float, floor_s: float, codec: str, kill: KillCase | None
+        self,
+        workdir: Path,
+        bundle: Path,
+        *,
+        seconds: float,
+        floor_s: float,
+        codec: str,
+        kill: KillCase | None,
+        control_process: str | None,
     ) -> None:
         from runtime.engine.affinity import allowed_cpus
 
         self.workdir, self.bundle, self.kill = workdir, bundle, kill
         self.seconds, self.floor_s, self.codec = seconds, floor_s, codec
+        self.control_process = control_process
         self.procs = Processes()
         cpus = allowed_cpus()
         self.control_cpu, self.floor_cpu = cpus[0], cpus[-1]  # the floor writer keeps off the loop's CPU
@@ -431,7 +448,14 @@ class _Run:
         self.floor_servos = self._servos("floor simulator", "floor-servos.json") if self.floor_s else None
         self.tcp_port = _free_tcp_port()
         config = _config(
-            self.workdir, self.bundle, self.servos.port, self.tcp_port, self.cameras, self.seconds, self.codec
+            self.workdir,
+            self.bundle,
+            self.servos.port,
+            self.tcp_port,
+            self.cameras,
+            self.seconds,
+            self.codec,
+            self.control_process,
         )
         runtime_cmd = [sys.executable, "-m", "runtime", "--log-level"]
         with self.daemon_log.open("wb") as out:
@@ -494,6 +518,7 @@ class _Run:
         client = ["runtime.bench.soak", "client", f"tcp://127.0.0.1:{self.tcp_port}", str(load_s)]
         self.load = self.procs.start("infer client", [sys.executable, "-m", *client], stdout=subprocess.PIPE)
         self.t_start = time.monotonic()
+        self.seen["loadavg_start"] = _loadavg()
         self.status0, self.stats0 = control.control("status"), control.stats()
         self.writer: subprocess.Popen[bytes] | None = None
         next_watch = self.t_start
@@ -511,6 +536,7 @@ class _Run:
             time.sleep(min(0.1, max(0.0, end - now)))
         self.t_end = time.monotonic()
         self.status1, self.stats1 = control.control("status"), control.stats()
+        self.seen["loadavg_end"] = _loadavg()
 
     def _tell_station(self, command: str) -> dict[str, Any]:
         assert self.station.stdin is not None
@@ -555,6 +581,8 @@ class _Run:
         time.sleep(AFTER_KILL_S)
         self.seen["kill"] = {
             "mode_before": before["mode"],
+            "moving_before": before["mode"] in ("running", "teleop", "resting"),
+            "estop_before": before["estop"],
             "scheduling_before": before.get("scheduling"),
             "watched_s": round(AFTER_KILL_S, 1),
             "daemon_children_alive_after": self.procs.children_alive(),
@@ -584,7 +612,8 @@ class _Run:
         self.floor_writer: dict[str, Any] | None = None
         if self.writer is not None:
             out, _ = self.writer.communicate(timeout=self.floor_s + 30)
-            self.floor_writer = json.loads(out.decode().strip().splitlines()[-1])
+            with contextlib.suppress(json.JSONDecodeError, IndexError):
+                self.floor_writer = json.loads(out.decode().strip().splitlines()[-1])
         self.servo_log = self.servos.close()
         self.floor_log = self.floor_servos.close() if self.floor_servos is not None else None
         self.daemon_tail = _tail(self.daemon_log, 4000)
@@ -611,6 +640,11 @@ class _Run:
                     "floor_writer": self.floor_writer["scheduling"] if self.floor_writer else None,
                 },
                 "control_cpu": self.control_cpu,
+                "control_process": self.control_process or "the daemon's default",
+                # other work on the machine (1-minute load average), at the start and the end of the window
+                "loadavg": [seen["loadavg_start"], seen["loadavg_end"]],
+                "mode_at_end": self.status1["mode"],
+                "estop_at_end": self.status1["estop"],
                 "load": _load(seen["load"], self.stats0, self.stats1, self.t_end - self.t_start),
             }
         )
@@ -659,13 +693,15 @@ def run_field_bench(
     kill: KillCase | None = None,
     floor_s: float = 10.0,
     codec: str = "auto",
+    control_process: str | None = None,
     keep: str | None = None,
 ) -> dict[str, Any]:
     """Run the field workload for ``seconds`` and return the report (see the module docstring).
 
     ``bundle``: serve this bundle (default: :func:`field_bundle`; ``demo``: the small demo bundle);
     ``kill``: then SIGKILL the daemon while the station or the policy drives; ``floor_s``: seconds of
-    the simulator's floor beside the run; ``keep``: copy the run's files there at the end (config,
+    the simulator's floor beside the run; ``control_process``: the daemon's ``control.process``
+    (unset: its default); ``keep``: copy the run's files there at the end (config,
     daemon log, servo logs, flight recording, dataset)."""
     from runtime.bundle.demo import ensure_bundle
     from runtime.client import PolicyClient
@@ -677,7 +713,9 @@ def run_field_bench(
     path = Path(bundle) if bundle else ensure_bundle("demo") if demo else field_bundle()
     floor_s = min(floor_s, max(0.0, seconds - FLOOR_START_S))
     with tempfile.TemporaryDirectory(prefix="lrt-bench-field-") as tmp, _signals_raise():
-        run = _Run(Path(tmp), path, seconds=seconds, floor_s=floor_s, codec=codec, kill=kill)
+        run = _Run(
+            Path(tmp), path, seconds=seconds, floor_s=floor_s, codec=codec, kill=kill, control_process=control_process
+        )
         try:
             run.start()
             with PolicyClient(run.ipc, timeout_s=10.0) as control:
@@ -702,6 +740,13 @@ def _calibration() -> Any:
     from drivers.calibration import load_calibration
 
     return load_calibration(calibration_path())
+
+
+def _loadavg() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _cpu() -> dict[str, Any]:
@@ -915,7 +960,9 @@ def format_table(r: dict[str, Any]) -> str:
         f"{len(r['cameras'])} camera(s) {r['cameras'][0]['width']}x{r['cameras'][0]['height']} at "
         f"{r['cameras'][0]['fps']:g} fps",
         f"CPU: {r['cpu']}, {r['cpus']} CPUs; flags: {' '.join(r['cpu_flags']) or 'none of avx2/avx512'}",
-        f"scheduling: loop {r['scheduling']['control_loop']}; servo simulator {r['scheduling']['servo_simulator']}",
+        f"scheduling: loop {r['scheduling']['control_loop']} (control.process: {r['control_process']}); "
+        f"servo simulator {r['scheduling']['servo_simulator']}; machine load average {r['loadavg'][0]} -> "
+        f"{r['loadavg'][1]}",
         f"load: {r['load']['infers_per_s']:g} infers/s back to back (server infer p50 "
         f"{_ms((r['load']['server_infer_ms'] or {}).get('p50'))} ms); teleop station tracking; recording",
         "",
@@ -961,6 +1008,11 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'met' if t['target_met'] else 'NOT met'}); leader move -> write p50 {_ms(t['move_to_write_ms']['p50'])} "
         f"p99 {_ms(t['move_to_write_ms']['p99'])} ms; {t['measured']} of {t['moves']} moves seen",
     ]
+    estop = r["estop_at_end"]
+    lines.append(
+        f"mode at the end: {r['mode_at_end']}"
+        + (f"; E-STOP latched: {estop['reason']}" if estop.get("latched") else "")
+    )
     rec = r["recording"]
     cams = ", ".join(
         f"{name.rsplit('.', 1)[-1]} {c['encoder_drops']} dropped, {c['stream_frames_received']}/"
@@ -977,6 +1029,8 @@ def format_table(r: dict[str, Any]) -> str:
     if k is not None:
         first = k.get("first")
         text = f"kill ({r['kill_case']} driving, mode {k['mode_before']}): {k['verdict']}"
+        if not k["moving_before"]:
+            text = f"kill (the arm was NOT moving: mode {k['mode_before']}): {k['verdict']}"
         if first:
             text += (
                 f"; first write {first['after_kill_ms']:g} ms after the kill, "
@@ -1020,6 +1074,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="how long the simulator's floor is measured beside the daemon (default 10; 0: not)",
     )
     b.add_argument("--codec", default="auto", help="[recording] codec (default auto)")
+    b.add_argument(
+        "--control-process",
+        choices=["own", "thread"],
+        help="the daemon's control.process: the loop in the arm's own process or a thread of the daemon "
+        "(default: the daemon's default)",
+    )
     b.add_argument("--keep", metavar="DIR", help="copy the run's files here (config, logs, servo logs, dataset)")
     b.add_argument("--json", action="store_true", help="print the report as JSON")
     b.set_defaults(func=_bench_field)
@@ -1033,6 +1093,7 @@ def _bench_field(args: argparse.Namespace) -> int:
         kill=args.kill,
         floor_s=args.floor_seconds,
         codec=args.codec,
+        control_process=args.control_process,
         keep=args.keep,
     )
     print(json.dumps(result, indent=2) if args.json else format_table(result))

@@ -116,13 +116,21 @@ def _serve(log_path: str, capacity: int) -> int:
 
 
 def _floor(port: str, seconds: float, cpu: int) -> int:
+    from drivers.errors import BusError
     from drivers.feetech.bus import FeetechBus
 
     os.sched_setaffinity(0, {cpu})
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     scheduling = request_fifo(FLOOR_RT_PRIORITY)
     bus = FeetechBus(port, load_calibration(calibration_path()))
-    bus.connect()
+    for attempt in range(3):  # a reply late under load is matched to the next request: connect again
+        try:
+            bus.connect()
+            break
+        except BusError:
+            if attempt == 2:
+                raise
+            time.sleep(0.2)
     stamps: list[float] = []
     try:
         goals = bus.read_positions()
