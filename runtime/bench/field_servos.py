@@ -326,7 +326,7 @@ def teleop_latency(
     }
 
 
-WriteKind = Literal["hold", "rest", "other"]
+WriteKind = Literal["hold", "rest", "still", "other"]
 
 
 def after_kill(
@@ -334,7 +334,8 @@ def after_kill(
 ) -> dict[str, Any]:
     """What reached the servos after ``t_kill``: the first write (the hold goal, i.e. the last goal
     before the kill, at the next tick?), then each write classed as ``hold`` (that goal again),
-    ``rest`` (a step toward ``rest_raw``, servo id -> raw ticks) or ``other``, in runs; and torque writes."""
+    ``rest`` (a step toward ``rest_raw``, servo id -> raw ticks), ``still`` (where the write before it
+    was, within a tick or two: a hold of the present pose) or ``other``, in runs; and torque writes."""
     ids = sorted(log.goals)
     times, goals = log.writes()
     before = np.nonzero(times < t_kill)[0]
@@ -376,6 +377,8 @@ def after_kill(
             kinds.append("hold")
         elif rest_cols and previous is not None and distance(row) < distance(previous):
             kinds.append("rest")
+        elif previous is not None and int(np.abs(row - previous).max()) <= 2 * tolerance_ticks:
+            kinds.append("still")
         else:
             kinds.append("other")
         previous = row

@@ -65,11 +65,19 @@ def test_after_kill_classes_hold_then_rest_then_torque_off() -> None:
     before = [(0.0, [2000] * 6), (PERIOD, [2001] * 6)]
     hold = [(2 * PERIOD, [2001] * 6)]
     rest = [(3 * PERIOD + k * PERIOD, [2001, 2001, 2010 + 10 * k, 2001, 2001, 2001]) for k in range(3)]
-    r = after_kill(_log(before + hold + rest, [(0.5, 0)]), 1.5 * PERIOD, PERIOD, {3: 2030})
+    still = [(6 * PERIOD, [2001, 2001, 2031, 2001, 2001, 2001])]  # the present pose held, a tick off the goal
+    r = after_kill(_log(before + hold + rest + still, [(0.5, 0)]), 1.5 * PERIOD, PERIOD, {3: 2030})
     assert r["first"]["is_hold"] and r["first"]["at_next_tick"]
-    assert [(run["kind"], run["writes"]) for run in r["runs"]] == [("hold", 1), ("rest", 3)]
+    assert [(run["kind"], run["writes"]) for run in r["runs"]] == [("hold", 1), ("rest", 3), ("still", 1)]
     assert r["rest_reached"] and r["torque_off_after_ms"] == pytest.approx((0.5 - 1.5 * PERIOD) * 1e3, abs=0.1)
-    assert r["verdict"].startswith("hold x1, then rest x3, then torque off")
+    assert r["verdict"] == "hold x1, then rest x3, then still x1, then torque off at 450 ms"
+
+
+def test_after_kill_names_a_write_that_is_neither_hold_rest_nor_still() -> None:
+    writes = [(0.0, [2000] * 6), (PERIOD, [2100] * 6)]
+    r = after_kill(_log(writes), 0.5 * PERIOD, PERIOD, {3: 2030})
+    assert not r["first"]["is_hold"] and r["first"]["max_diff_from_last_goal_ticks"] == 100
+    assert r["verdict"] == "other x1"
 
 
 def test_every_servo_of_a_sync_write_carries_the_time_its_bytes_arrived() -> None:
