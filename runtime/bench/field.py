@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -90,6 +91,14 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+POLICIES = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR"}
+RESET_ON_FORK = getattr(os, "SCHED_RESET_ON_FORK", 0)  # a flag in the policy a thread reports
+if hasattr(os, "SCHED_BATCH"):
+    POLICIES[os.SCHED_BATCH] = "SCHED_BATCH"
+if hasattr(os, "SCHED_IDLE"):
+    POLICIES[os.SCHED_IDLE] = "SCHED_IDLE"
+
+
 class Processes:
     """Every process the bench starts, and the daemon's children (seen while it runs), stopped at the
     end however the bench ends: politely first, then SIGKILL, then the daemon's process group."""
@@ -116,6 +125,33 @@ class Processes:
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(self.daemon.pid).children(recursive=True):
                 self._children.setdefault(child.pid, child)
+
+    def scheduling(self) -> list[dict[str, Any]]:
+        """How every thread of the daemon and its descendants is scheduled, per process: what the
+        kernel says (``sched_getscheduler``), not what the code asked for."""
+        import psutil
+
+        if self.daemon is None or self.daemon.poll() is not None:
+            return []
+        out = []
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.daemon.pid)
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error, OSError):
+                    policies: Counter[str] = Counter()
+                    for t in p.threads():
+                        with contextlib.suppress(OSError):
+                            policy = os.sched_getscheduler(t.id) & ~RESET_ON_FORK
+                            name = POLICIES.get(policy, str(policy))
+                            if policy in (os.SCHED_FIFO, os.SCHED_RR):
+                                name += f" {os.sched_getparam(t.id).sched_priority}"
+                            policies[name] += 1
+                    main = POLICIES.get(os.sched_getscheduler(p.pid) & ~RESET_ON_FORK, "?")
+                    if main in ("SCHED_FIFO", "SCHED_RR"):
+                        main += f" {os.sched_getparam(p.pid).sched_priority}"
+                    what = " ".join(p.cmdline()[1:])[:80] or p.name()
+                    out.append({"pid": p.pid, "process": what, "main_thread": main, "threads": dict(policies)})
+        return out
 
     def children_alive(self) -> list[str]:
         """The daemon's descendants seen so far that still run, as ``name (pid)``."""
@@ -520,6 +556,7 @@ class _Run:
         self.t_start = time.monotonic()
         self.seen["loadavg_start"] = _loadavg()
         self.status0, self.stats0 = control.control("status"), control.stats()
+        self.seen["daemon_scheduling"] = self.procs.scheduling()
         self.writer: subprocess.Popen[bytes] | None = None
         next_watch = self.t_start
         end = self.t_start + self.seconds
@@ -643,6 +680,8 @@ class _Run:
                 "control_process": self.control_process or "the daemon's default",
                 # other work on the machine (1-minute load average), at the start and the end of the window
                 "loadavg": [seen["loadavg_start"], seen["loadavg_end"]],
+                "daemon_scheduling": seen["daemon_scheduling"],
+                "daemon_realtime_threads": _realtime_threads(seen["daemon_scheduling"]),
                 "mode_at_end": self.status1["mode"],
                 "estop_at_end": self.status1["estop"],
                 "load": _load(seen["load"], self.stats0, self.stats1, self.t_end - self.t_start),
@@ -740,6 +779,17 @@ def _calibration() -> Any:
     from drivers.calibration import load_calibration
 
     return load_calibration(calibration_path())
+
+
+def _realtime_threads(tree: list[dict[str, Any]]) -> list[str]:
+    """The daemon's threads at a real-time priority, as ``process: N x SCHED_FIFO P`` (the control loop
+    asks for one; anything else there competes with it)."""
+    out = []
+    for p in tree:
+        rt = [f"{n} x {policy}" for policy, n in p["threads"].items() if policy.startswith(("SCHED_FIFO", "SCHED_RR"))]
+        if rt:
+            out.append(f"{p['process']} ({p['pid']}): {', '.join(rt)}")
+    return out
 
 
 def _loadavg() -> float | None:
@@ -1008,6 +1058,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'met' if t['target_met'] else 'NOT met'}); leader move -> write p50 {_ms(t['move_to_write_ms']['p50'])} "
         f"p99 {_ms(t['move_to_write_ms']['p99'])} ms; {t['measured']} of {t['moves']} moves seen",
     ]
+    for line in r["daemon_realtime_threads"]:
+        lines.append(f"real-time threads of the daemon: {line}")
     estop = r["estop_at_end"]
     lines.append(
         f"mode at the end: {r['mode_at_end']}"
