@@ -45,6 +45,7 @@ COMMAND_MODULES = (
     "runtime.commands.status",  # status
     "drivers.cli",  # motors scan/read, bench bus
     "runtime.commands.dataset",  # dataset check
+    "runtime.bench.field",  # bench field
 )
 
 
