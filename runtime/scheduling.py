@@ -11,29 +11,51 @@ after opening a codec, the arm process at start, before its loop asks for its ow
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Iterator
 
 
 @contextlib.contextmanager
 def keep_scheduling() -> Iterator[None]:
-    """Whatever the body does to the calling thread's scheduling class and priority is undone."""
+    """Whatever the body does to the calling thread's scheduling class and priority is undone, and
+    threads it started that are still there (a codec's pool) are returned to SCHED_OTHER."""
     policy = os.sched_getscheduler(0)
     param = os.sched_getparam(0)
+    before = set(os.listdir("/proc/self/task"))
     try:
         yield
     finally:
-        if (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) != (policy, param.sched_priority):
-            with contextlib.suppress(OSError):
-                os.sched_setscheduler(0, policy, param)
+        # through pthread_setschedparam, not the sched_setscheduler system call: the C library keeps
+        # its own copy of the thread's class (set by the codec through it) and gives that copy to every
+        # thread this one starts from now on
+        _pthread_setschedparam(policy, param.sched_priority)
+        for tid in set(os.listdir("/proc/self/task")) - before:
+            _normal(int(tid))
+
+
+class _SchedParam(ctypes.Structure):
+    _fields_ = [("sched_priority", ctypes.c_int)]
+
+
+def _pthread_setschedparam(policy: int, priority: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.pthread_self.restype = ctypes.c_ulong
+    libc.pthread_setschedparam.argtypes = [ctypes.c_ulong, ctypes.c_int, ctypes.POINTER(_SchedParam)]
+    err = libc.pthread_setschedparam(libc.pthread_self(), policy, ctypes.byref(_SchedParam(priority)))
+    if err:  # not allowed: leave at least the kernel's view right
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, policy, os.sched_param(priority))
 
 
 def normal_scheduling() -> int:
     """Every real-time thread of this process back to SCHED_OTHER; how many were changed."""
-    changed = 0
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):
-            if os.sched_getscheduler(int(tid)) in (os.SCHED_FIFO, os.SCHED_RR):
-                os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-                changed += 1
-    return changed
+    return sum(_normal(int(tid)) for tid in os.listdir("/proc/self/task"))
+
+
+def _normal(tid: int) -> bool:
+    with contextlib.suppress(OSError):  # the thread may have ended since it was listed
+        if os.sched_getscheduler(tid) in (os.SCHED_FIFO, os.SCHED_RR):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            return True
+    return False

@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,14 @@ def test_encoders_and_the_probe_leave_no_real_time_thread_behind(root: Path) -> 
     probe = measure(VideoSettings(codec="libsvtav1"), 96, 128, 30, frames=3)
     assert probe.ok, probe
     assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+    left = [t for t in os.listdir("/proc/self/task") if os.sched_getscheduler(int(t)) != os.SCHED_OTHER]
+    assert not left, f"threads left real-time after the probe: {left}"
+    # and what this thread starts afterwards (the C library's copy of its class was put back too)
+    started: list[int] = []
+    thread = threading.Thread(target=lambda: started.append(os.sched_getscheduler(0)))
+    thread.start()
+    thread.join()
+    assert started == [os.SCHED_OTHER]
     config = RecordingConfig(dataset_dir=str(root), codec="libsvtav1")
     with EpisodeRecorder.create(config, two_cameras()) as recorder:
         pids = [enc.pid for enc in recorder._encoders.values()]
