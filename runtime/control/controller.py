@@ -143,6 +143,7 @@ class Controller:
         self._stalled = Stall(config.safety.stall_timeout_s)
         self._bus_fail_run = 0
         self._goal: Goal | None = None  # a hold a command or an e-stop made this tick
+        self._observing: tuple[str, int] | None = None  # what observe_now hands the policy
 
     # --- the tick ------------------------------------------------------------------------------
 
@@ -167,6 +168,20 @@ class Controller:
             elif self.mode is Mode.RESTING:
                 goal = self._resting()
         return Decision(goal if goal is not None else self._goal, requested)
+
+    def observe_now(self, present: np.ndarray | None) -> None:
+        """After the tick's write and read: hand the policy this fresh reading, if the step wanted a
+        chunk (or a history frame). A failed read (None) asks again at the next tick."""
+        if present is not None:
+            self._present = present  # holds made before the next step (shutdown) start from here
+        observing, self._observing = self._observing, None
+        if observing is None or present is None or self.mode is not Mode.RUNNING:
+            return
+        kind, k = observing
+        if kind == "ask":
+            self._ask(k, present)
+        else:
+            self._observe(present)
 
     def written(self, goal: Goal) -> None:
         """The runner wrote ``goal``: the next steps and holds start from it."""
@@ -208,8 +223,12 @@ class Controller:
         (:meth:`rest_step`), ``torque_off`` (:meth:`end_with_torque_off`, after the hold is written) or "")."""
         was = self.mode
         self._goal = None
-        if was in MOVING or was is Mode.HOLDING:
+        if was is Mode.HOLDING and self.hold_goal is not None and self._present is not None:
+            # already holding (a stop, a rest reached): that goal, not where the arm lags behind it
+            self._goal = self.envelope.hold_goal(self.hold_goal, self._present)
+        elif was in MOVING:
             self._hold_present()
+        if was in MOVING or was is Mode.HOLDING:
             action = self.config.safety.shutdown_action
             if action == "rest":
                 self._start_rest()
@@ -452,9 +471,9 @@ class Controller:
             return self._stall(now, present, blocked.key, blocked.reason), None
         action = self.queue.take(k)
         if self._plan.inflight_since is None and self.queue.depth(k + 1) <= self.refill_at:
-            self._ask(k, present)
+            self._observing = ("ask", k)  # with the reading taken right after this tick's write
         elif self._observe_every_tick:
-            self._observe(present)
+            self._observing = ("observe", k)
         if action is None:
             if self._plan.got_first:
                 self.counters["starved"] += 1

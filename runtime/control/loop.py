@@ -133,6 +133,8 @@ class ControlLoop:
         #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
         self.episodes: EpisodeTap | None = None
         self._present: np.ndarray | None = None
+        #: the reading the next tick decides from (None: that read failed)
+        self._reading: np.ndarray | None = None
         self._last_state: dict[str, JointState] = {}
         self._cpu_ticks: Counter[int] = Counter()  # the loop thread's alone
         self._scheduling = ""
@@ -295,6 +297,7 @@ class ControlLoop:
             self._scheduling,
         )
         ticker = self._ticker
+        self._reading = self._read()  # the first tick decides from it
         ticker.start()
         try:
             while not self._stop.is_set():
@@ -322,7 +325,10 @@ class ControlLoop:
         now = self._clock()
         self._write_at = self._write_err_ms = math.nan
         c = self.controller
-        present = self._read()
+        # Decide from the reading taken right after the last write, write at once, then read for the
+        # next tick: the write leaves at the deadline, however long the servos take to answer a read
+        # (a read waits on their replies; a write waits on nothing).
+        present = self._reading
         decision = c.step(k, now, present)
         goal = decision.goal
         if goal is not None:
@@ -330,6 +336,8 @@ class ControlLoop:
         if decision.shutdown:
             self._shutdown()
             return
+        self._reading = self._read()
+        c.observe_now(self._reading)  # a chunk is asked for from the freshest joints
         requested = decision.requested
         if self.episodes is not None:
             self.episodes.tick(

@@ -77,8 +77,13 @@ def test_a_start_turns_torque_on_holds_while_priming_then_follows_the_chunk_with
     c.mailbox.post(Start("test"))
     d = c.step(1, clock[0], present)
     assert torque.calls == ["on"] and c.mode is Mode.RUNNING
-    # the first running tick asks for a chunk from this reading and holds where the arm is
+    # the first running tick holds where the arm is and, once its goal is written and the joints read
+    # again, asks for a chunk from that fresh reading
+    assert feed.asked == []
+    fresh = present + 0.5
+    c.observe_now(fresh)
     assert len(feed.asked) == 1 and feed.asked[0][1] is True
+    np.testing.assert_allclose(feed.asked[0][0], fresh)
     assert d.goal is not None and d.requested is None
     np.testing.assert_allclose(d.goal, present)
     c.written(d.goal)
