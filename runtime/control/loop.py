@@ -2,8 +2,12 @@
 
 One thread, pinned to the control CPU and (where allowed) SCHED_FIFO, ticks on absolute deadlines:
 
-    read joints (one sync read) -> controller.step (e-stops, commands, chunk, this tick's goal)
-    -> write the goal (one sync write) -> record -> publish the snapshot
+    controller.step (e-stops, commands, chunk, this tick's goal, from the last reading)
+    -> write the goal (one sync write) -> read joints (one sync read) -> ask for a chunk from them
+    -> record -> publish the snapshot
+
+The write comes first so that it leaves at the deadline: a read waits on the servos' replies, a
+write on nothing, and what the servos see is when the write arrives.
 
 Every goal the runner writes is the controller's :class:`~runtime.control.controller.Decision`, and
 only the safety envelope makes one (:class:`~runtime.control.safety.Goal`): policy, teleop,
