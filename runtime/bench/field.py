@@ -713,11 +713,19 @@ PIPES: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "b
 
 def _dump(client: Any, state_dir: Path) -> Path | None:
     """``control dump``, and the flight recording it writes (None if none appears)."""
-    before = set(state_dir.glob("flight-*.npz")) if state_dir.exists() else set()
+
+    def written() -> set[Path]:  # not the recorder's .tmp.npz, renamed into place once complete
+        return (
+            {p for p in state_dir.glob("flight-*.npz") if not p.name.endswith(".tmp.npz")}
+            if state_dir.exists()
+            else set()
+        )
+
+    before = written()
     client.control("dump", who="bench field")
     deadline = time.monotonic() + DUMP_TIMEOUT_S
     while time.monotonic() < deadline:
-        new = set(state_dir.glob("flight-*.npz")) - before if state_dir.exists() else set()
+        new = written() - before
         if new:
             return max(new, key=lambda p: p.stat().st_mtime)
         time.sleep(0.1)
