@@ -87,6 +87,7 @@ def run_engine_bench(
     factory: str = "runtime.policies.act:make_act_policy",
     *,
     lerobot: str = "",
+    vlm_dir: str | None = None,
     calibration: str = "",
     calibration_size: int = 32,
     precisions: tuple[str, ...] = ("f32", "bf16", "int8"),
@@ -121,7 +122,7 @@ def run_engine_bench(
     if lerobot:
         from runtime.bundle.lerobot import lerobot_export_plan
 
-        make, kwargs = lerobot_export_plan(lerobot)
+        make, kwargs = lerobot_export_plan(lerobot, vlm_dir=vlm_dir)
     else:
         make = load_factory(factory)
     model, example = make()
