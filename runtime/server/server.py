@@ -568,6 +568,16 @@ class PolicyServer:
             )
 
     def _refuse_noise(self, observation: Mapping[str, Any]) -> None:
+        # The task's tokens are the server's to make, from the task string, with the bundle's tokenizer.
+        for spec in self.engine.manifest.inputs:
+            if spec.role == "language" and spec.name in observation:
+                raise InputValidationError(
+                    f"input {spec.name!r}: the server tokenizes this policy's task itself; send the task "
+                    "string (body.task), not its tokens",
+                    field=spec.name,
+                    expected="not sent (send task)",
+                    received=f"{spec.name} sent",
+                )
         # One source of sampling noise: the server's generator (seedable), never the network.
         for name in self._noise_names:
             if name in observation:
