@@ -237,6 +237,8 @@ def quantize_bundle(
             gate = accuracy_gate(src, stage, file, [*held, case.inputs], scale, case.scale_source, max_error)
         with step(4, total, "writing the test case and manifest"):
             shutil.copyfile(src.path / m.test_case.file, stage / TEST_CASE_FILE)
+            if m.language is not None:  # a language policy's tokenizer goes along, unchanged
+                shutil.copyfile(src.path / m.language.tokenizer.file, stage / m.language.tokenizer.file)
             tolerance = dict(m.test_case.tolerance)
             tolerance["int8"] = max_error
             manifest = replace(

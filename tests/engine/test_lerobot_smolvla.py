@@ -393,3 +393,49 @@ def test_control_loop_path_takes_the_task(
             got = submit(server, observation(t), task)
             assert isinstance(got, np.ndarray), got
             assert normalised_error(got, want, scale) < TOLERANCE
+
+
+def test_int8_bundle_keeps_the_tokenizer_and_follows_the_task(
+    smolvla_bundle: Path, tokenizer: Any, tmp_path: Path
+) -> None:
+    """quantize carries the language section and its tokenizer over; the INT8 program reads the task."""
+    from runtime.bundle.bundle import Bundle
+    from runtime.bundle.quantize import quantize_bundle
+    from runtime.server.tasks import TaskEncoder
+    from tests.engine.arithmetic import load_on_this_cpu
+
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(8):
+        ids, mask = tokenizer.encode(TASKS[i % len(TASKS)])
+        obs = observation(10 + i)
+        np.savez(calib / f"{i}.npz", **{IMAGE: obs[IMAGE], STATE: obs[STATE], TOKENS: ids, MASK: mask})
+    out = quantize_bundle(smolvla_bundle, calib, tmp_path / "int8", max_error=float("inf"))
+    m = Bundle.open(out.path, verify_all=True).manifest
+    assert m.language == Bundle.open(smolvla_bundle).manifest.language and m.programs["CPU"].precision == "int8"
+    encoder = TaskEncoder(m, out.path)
+    loaded, report = load_on_this_cpu(out.path, "openvino")
+    try:
+        assert report.parity.ok
+        obs, noise = observation(0), noises(3, 1)[0]
+        a, b = (
+            loaded.run_validated([obs[IMAGE], obs[STATE], *encoder.encode(task), noise])["action"]
+            for task in (TASKS[0], "Fold the cloth.")
+        )
+        assert np.abs(a - b).max() > 1e-3
+    finally:
+        loaded.close()
+
+
+def test_the_infer_command_sends_the_task(engine: Any, short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from runtime.cli import main
+
+    with _server(engine, short_tmp, noise_seed=1) as server:
+        endpoint = server.bound_endpoints[0]
+        assert main(["infer", "--connect", endpoint, "--json", "--task", TASKS[0]]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["task"] == TASKS[0] and np.asarray(out["actions"]).shape == (STEPS, 6)
+        assert main(["infer", "--connect", endpoint]) == 2  # a language policy: no task, not sent
+        assert server.snapshot().requests.get("infer", 0) == 1

@@ -25,9 +25,9 @@ FAMILIES: Final = {
     "act": FamilyConfig("runtime.bundle.lerobot.act", "chunk_size", "n_action_steps"),
     "diffusion": FamilyConfig("runtime.bundle.lerobot.diffusion", "horizon", "n_action_steps"),
     "tdmpc": FamilyConfig("runtime.bundle.lerobot.tdmpc", "horizon", "n_action_steps"),
-    "smolvla": FamilyConfig("runtime.bundle.lerobot.smolvla", "chunk_size", "n_action_steps"),
     # VQ-BeT has no n_action_steps: select_action executes the whole chunk
     "vqbet": FamilyConfig("runtime.bundle.lerobot.vqbet", "action_chunk_size", "action_chunk_size"),
+    "smolvla": FamilyConfig("runtime.bundle.lerobot.smolvla", "chunk_size", "n_action_steps"),
 }
 SUPPORTED_POLICIES: Final = tuple(FAMILIES)
 
