@@ -395,6 +395,7 @@ def test_control_loop_path_takes_the_task(
             assert normalised_error(got, want, scale) < TOLERANCE
 
 
+@pytest.mark.timeout(900)  # NNCF calibration and a second lowering: minutes on two shared cores
 def test_int8_bundle_keeps_the_tokenizer_and_follows_the_task(
     smolvla_bundle: Path, tokenizer: Any, tmp_path: Path
 ) -> None:
