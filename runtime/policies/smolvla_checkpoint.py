@@ -73,6 +73,9 @@ VLM_SHAPES: Final[dict[str, dict[str, Any]]] = {
     },
     "default": {
         "scale_factor": 4,
+        # SmolVLM2's vocabulary; the tokenizer trained here knows a few hundred of them (the rest of the
+        # embedding table is never looked up, but has the size the real one has)
+        "vocab_size": 49280,
         "vision": {
             "hidden_size": 768,
             "intermediate_size": 3072,
@@ -147,7 +150,7 @@ def write_vlm(out: str | Path, size: Size = "tiny") -> Path:
         extra_special_tokens=dict(EXTRA_SPECIAL_TOKENS),
         **SPECIAL_TOKENS,
     )
-    vocab = len(tokenizer)
+    vocab = max(len(tokenizer), int(shapes.get("vocab_size", 0)))
     config = SmolVLMConfig(
         vision_config={**shapes["vision"], "model_type": "smolvlm_vision"},
         text_config={**shapes["text"], "vocab_size": vocab, "model_type": "llama"},
