@@ -20,10 +20,11 @@ PIP_FLAGS ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	PIP_NO_CACHE_DIR=1 $(BIN)/pip install --quiet --upgrade pip
-	# LeRobot (for export --lerobot and its tests) pins an older torch: it goes in without its
-	# dependencies, and the lerobot extra brings what it imports
-	PIP_NO_CACHE_DIR=1 $(BIN)/pip install --quiet --no-deps lerobot==0.4.4
-	PIP_NO_CACHE_DIR=1 $(BIN)/pip install --quiet -e '.[export,dev,lerobot]'
+	# LeRobot (for export --lerobot and its tests) pins an older torch, and transformers (SmolVLA's VLM)
+	# an older huggingface-hub than datasets needs: both go in without their dependencies, and the
+	# lerobot and smolvla extras bring what they import
+	PIP_NO_CACHE_DIR=1 $(BIN)/pip install --quiet --no-deps lerobot==0.4.4 transformers==4.57.6
+	PIP_NO_CACHE_DIR=1 $(BIN)/pip install --quiet -e '.[export,dev,lerobot,smolvla,language]'
 	touch $(STAMP)
 
 venv: $(STAMP)

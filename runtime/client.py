@@ -194,14 +194,25 @@ class PolicyClient:
         return policy_info_from_reply(reply)
 
     def infer(
-        self, observation: Mapping[str, np.ndarray], *, reset: bool = False, timeout_s: float | None = None
+        self,
+        observation: Mapping[str, np.ndarray],
+        *,
+        reset: bool = False,
+        task: str | None = None,
+        timeout_s: float | None = None,
     ) -> ActionChunk:
         """Send one observation (arrays exactly as ``hello`` lists the inputs), get its action chunk.
 
         ``reset``: the observation starts a new episode; a policy with observation history forgets
-        this client's earlier frames.
+        this client's earlier frames. ``task``: the instruction, for a language policy (``hello``'s
+        ``takes_task``; it needs one with every observation, and other policies refuse one).
         """
-        reply, rtt_ms = self._call("infer", observation, timeout_s, {"reset": True} if reset else None)
+        body: dict[str, Any] = {}
+        if reset:
+            body["reset"] = True
+        if task is not None:
+            body["task"] = task
+        reply, rtt_ms = self._call("infer", observation, timeout_s, body or None)
         return actions_from_reply(reply, rtt_ms)
 
     def ping(self, *, timeout_s: float | None = None) -> Pong:

@@ -77,6 +77,8 @@ def _synthetic_observations(case_inputs: dict[str, np.ndarray], directory: Path,
         for k, v in case_inputs.items():
             if v.dtype == np.uint8:
                 obs[k] = np.clip(v.astype(np.int16) + rng.integers(-40, 41, v.shape), 0, 255).astype(np.uint8)
+            elif v.dtype.kind in "iub":  # a task's token ids and mask: ids perturbed are no text
+                obs[k] = v
             else:
                 obs[k] = (v + rng.normal(0, 0.3, v.shape) * (np.abs(v) + 1)).astype(v.dtype)
         np.savez(directory / f"obs_{i:04d}.npz", **obs)  # type: ignore[arg-type]
@@ -87,6 +89,7 @@ def run_engine_bench(
     factory: str = "runtime.policies.act:make_act_policy",
     *,
     lerobot: str = "",
+    vlm_dir: str | None = None,
     calibration: str = "",
     calibration_size: int = 32,
     precisions: tuple[str, ...] = ("f32", "bf16", "int8"),
@@ -121,7 +124,7 @@ def run_engine_bench(
     if lerobot:
         from runtime.bundle.lerobot import lerobot_export_plan
 
-        make, kwargs = lerobot_export_plan(lerobot)
+        make, kwargs = lerobot_export_plan(lerobot, vlm_dir=vlm_dir)
     else:
         make = load_factory(factory)
     model, example = make()

@@ -58,6 +58,8 @@ class Bundle:
         entries.append(("test_case.file", FileEntry(manifest.test_case.file, manifest.test_case.sha256)))
         if manifest.portable_program is not None:
             entries.append(("portable_program.file", manifest.portable_program))
+        if manifest.language is not None:
+            entries.append(("language.tokenizer.file", manifest.language.tokenizer))
         for where, entry in entries:
             f = bundle.file(entry.file, where)
             if verify_all:
@@ -118,6 +120,15 @@ class Bundle:
         view = memoryview(buffer)[:got]
         self._verify(f, entry.sha256, f"programs.{device}.file", view)
         return view
+
+    def tokenizer_file(self) -> Path:
+        """The language policy's tokenizer definition, verified against the manifest's sha256."""
+        if self.manifest.language is None:
+            raise BundleError(f"{self.path}: the policy takes no task (the manifest has no language section)")
+        entry = self.manifest.language.tokenizer
+        f = self.file(entry.file, "language.tokenizer.file")
+        self._verify(f, entry.sha256, "language.tokenizer.file", f.read_bytes())
+        return f
 
     def test_case(self) -> TestCase:
         entry = self.manifest.test_case

@@ -36,6 +36,7 @@ from runtime.bundle.manifest import (
     INPUT_ROLES,
     PRECISIONS,
     FileEntry,
+    LanguageEntry,
     Manifest,
     ProgramEntry,
     TensorSpec,
@@ -385,6 +386,7 @@ def export_bundle(
     model_batch: int = 0,
     input_roles: Mapping[str, str] | None = None,
     observation_history: int = 1,
+    language: Mapping[str, Any] | None = None,
 ) -> Bundle:
     """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
 
@@ -394,7 +396,8 @@ def export_bundle(
     ``action_scale`` (one value per joint, e.g. the action's std) makes the parity tolerance relative.
     ``input_roles`` names roles outright (``noise``: drawn by the server per request); the others
     are inferred. ``observation_history`` is the number of frames every image, state and env input
-    carries as its leading axis.
+    carries as its leading axis. ``language`` (a policy that takes a task string): the tokenizer
+    ``definition`` (tokenizer.json text) and the LanguageEntry fields but the file.
     """
     torch = _torch()
     fn = load_factory(factory) if isinstance(factory, str) else factory
@@ -515,6 +518,14 @@ def export_bundle(
             case = io.BytesIO()
             np.savez(case, **arrays)  # type: ignore[arg-type]
             (stage / TEST_CASE_FILE).write_bytes(case.getvalue())
+            language_entry = None
+            if language is not None:
+                from runtime.bundle.tokenizer import TOKENIZER_FILE
+
+                definition = str(language["definition"]).encode()
+                (stage / TOKENIZER_FILE).write_bytes(definition)
+                fields = {k: v for k, v in language.items() if k != "definition"}
+                language_entry = LanguageEntry(FileEntry(TOKENIZER_FILE, sha256_bytes(definition)), **fields)
             manifest = Manifest(
                 policy_name=name,
                 description=description,
@@ -534,6 +545,7 @@ def export_bundle(
                 source=dict(source or {}),
                 model_batch=model_batch,
                 observation_history=observation_history,
+                language=language_entry,
             )
             manifest.write(stage)
             Bundle.open(stage, verify_all=True)

@@ -26,7 +26,9 @@ Device = Literal["CPU", "GPU", "NPU"]
 Precision = Literal["f32", "f16", "bf16", "int8"]
 # noise: the sampling noise of a generative policy (Diffusion Policy's initial sample); the server draws
 # it per request from a standard normal, clients never send it.
-InputRole = Literal["image", "state", "env", "other", "noise"]
+# language: a language policy's task tokens and their mask; the server fills them from the request's
+# task string with the bundle's tokenizer (see LanguageEntry), clients never send them.
+InputRole = Literal["image", "state", "env", "other", "noise", "language"]
 OutputRole = Literal["action", "other"]
 
 DEVICES: Final[tuple[str, ...]] = get_args(Device)
@@ -88,6 +90,33 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
+class LanguageEntry:
+    """A policy that takes a task string: how the server turns it into the program's token inputs.
+
+    ``tokenizer``: the tokenizers library's definition (``tokenizer.json``), truncating and padding to
+    ``max_length``; ``append_newline``: a newline is added to a task without one first (LeRobot's
+    SmolVLA preprocessor does); ``max_task_bytes``: the longest task accepted, UTF-8 encoded.
+    """
+
+    tokenizer: FileEntry
+    tokens_input: str
+    mask_input: str
+    max_length: int
+    append_newline: bool = False
+    max_task_bytes: int = 512
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokenizer": self.tokenizer.to_json(),
+            "tokens_input": self.tokens_input,
+            "mask_input": self.mask_input,
+            "max_length": self.max_length,
+            "append_newline": self.append_newline,
+            "max_task_bytes": self.max_task_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class TestCaseEntry:
     __test__ = False  # a bundle test case, not a pytest class
     file: str
@@ -134,6 +163,8 @@ class Manifest:
     observation_history: int = 1
     # For an int8 bundle: the calibration source and the accuracy gate's result (see quantize).
     quantization: Mapping[str, Any] = field(default_factory=dict)
+    # For a language policy (SmolVLA): its tokenizer and token inputs; requests then carry a task.
+    language: LanguageEntry | None = None
     format_version: int = FORMAT_VERSION
 
     @property
@@ -142,11 +173,11 @@ class Manifest:
 
     @property
     def observation_inputs(self) -> tuple[TensorSpec, ...]:
-        """What a client sends per request: one frame of each observation input, no noise."""
+        """What a client sends per request: one frame of each observation input, no noise, no tokens."""
         return tuple(
             TensorSpec(s.name, s.dtype, s.shape[1:] if self._has_history(s) else s.shape, s.role)
             for s in self.inputs
-            if s.role != "noise"
+            if s.role not in ("noise", "language")
         )
 
     @property
@@ -190,6 +221,8 @@ class Manifest:
             out["observation_history"] = self.observation_history
         if self.quantization:
             out["quantization"] = dict(self.quantization)
+        if self.language is not None:
+            out["language"] = self.language.to_json()
         return out
 
     def write(self, directory: str | Path) -> Path:
@@ -379,6 +412,7 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
                 list(spec.shape),
             )
     quantization = r.opt(data, "quantization", "", dict, "an object describing the quantisation", {})
+    language = _language(r, data, inputs)
     tools = r.opt(data, "tools", "", dict, "an object of tool -> version", {})
     if not all(isinstance(v, str) for v in tools.values()):
         raise r.fail("tools", "an object of tool name -> version string", tools)
@@ -400,8 +434,42 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
         model_batch=model_batch,
         observation_history=history,
         quantization=dict(quantization),
+        language=language,
         format_version=version,
     )
+
+
+def _language(r: _Reader, data: Mapping[str, Any], inputs: tuple[TensorSpec, ...]) -> LanguageEntry | None:
+    roles = [s.name for s in inputs if s.role == "language"]
+    if "language" not in data:
+        if roles:
+            raise r.fail("language", f"the tokenizer of the language inputs {roles}", _MISSING)
+        return None
+    lang = r.get(data, "language", "", dict, "an object with tokenizer, tokens_input, mask_input, max_length")
+    tok = r.get(lang, "tokenizer", "language", dict, "an object with file and sha256")
+    entry = FileEntry(
+        r.get(tok, "file", "language.tokenizer", str, "a tokenizer.json file name"), _sha(r, tok, "language.tokenizer")
+    )
+    length = r.get(lang, "max_length", "language", int, "a positive number of tokens")
+    if length < 1:
+        raise r.fail("language.max_length", "a positive number of tokens", length)
+    by_name = {s.name: s for s in inputs}
+    names: dict[str, str] = {}
+    for key, dtype in (("tokens_input", "int64"), ("mask_input", "bool")):
+        name = r.get(lang, key, "language", str, "the name of a language input")
+        spec = by_name.get(name)
+        if spec is None or spec.role != "language" or spec.dtype != dtype or spec.shape != (length,):
+            shown = None if spec is None else f"{spec.dtype} {list(spec.shape)} role {spec.role}"
+            raise r.fail(f"language.{key}", f"an input with role language, {dtype} [{length}]", shown or name)
+        names[key] = name
+    if sorted(names.values()) != sorted(roles):
+        expected = f"tokens_input and mask_input naming the language inputs {roles}"
+        raise r.fail("language", expected, sorted(names.values()))
+    newline = r.opt(lang, "append_newline", "language", bool, "true or false", False)
+    max_bytes = r.opt(lang, "max_task_bytes", "language", int, "a positive number of bytes", 512)
+    if max_bytes < 1:
+        raise r.fail("language.max_task_bytes", "a positive number of bytes", max_bytes)
+    return LanguageEntry(entry, names["tokens_input"], names["mask_input"], length, newline, max_bytes)
 
 
 def read_manifest(directory: str | Path) -> Manifest:

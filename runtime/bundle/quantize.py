@@ -149,6 +149,16 @@ def action_error(got: np.ndarray, ref: np.ndarray, scale: tuple[float, ...] | No
     return diff / np.asarray(scale, dtype=np.float64) if scale else diff
 
 
+def boolean_consumers(module: Any) -> list[str]:
+    """The graph's nodes that take a boolean tensor (masks), which the quantizer must leave alone."""
+    import torch
+
+    def boolean(a: Any) -> bool:
+        return isinstance(a, torch.fx.Node) and getattr(a.meta.get("val"), "dtype", None) == torch.bool
+
+    return [n.name for n in module.graph.nodes if n.op == "call_function" and any(boolean(a) for a in n.args)]
+
+
 def quantize_bundle(
     bundle_path: str | Path,
     calibration: str | Path,
@@ -203,6 +213,13 @@ def quantize_bundle(
         def run(**options: Any) -> Any:
             module = exported.module()
             unshare_weights(module)  # else a second camera's backbone stays float (shared_weights.py)
+            ignored = boolean_consumers(module)
+            if ignored:
+                import nncf
+
+                # NNCF would collect statistics on boolean inputs (SmolVLA's attention masks into
+                # torch.where) and fails on them ("mean(): ... Got: Bool"); a mask is not quantised
+                options["extra_quantizer_options"] = {"ignored_scope": nncf.IgnoredScope(names=ignored, validate=False)}
             # the quantizer prints its progress; stdout belongs to the command's result (--json)
             with redirect_stdout(sys.stderr):
                 return quantize_model(
@@ -237,6 +254,8 @@ def quantize_bundle(
             gate = accuracy_gate(src, stage, file, [*held, case.inputs], scale, case.scale_source, max_error)
         with step(4, total, "writing the test case and manifest"):
             shutil.copyfile(src.path / m.test_case.file, stage / TEST_CASE_FILE)
+            if m.language is not None:  # a language policy's tokenizer goes along, unchanged
+                shutil.copyfile(src.path / m.language.tokenizer.file, stage / m.language.tokenizer.file)
             tolerance = dict(m.test_case.tolerance)
             tolerance["int8"] = max_error
             manifest = replace(

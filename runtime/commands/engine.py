@@ -93,6 +93,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    "and inputs whose name contains 'image')")
     p.add_argument("--n-action-steps", type=int, help="--lerobot: steps of each chunk to serve (default: the config's)")
     p.add_argument(
+        "--vlm-dir",
+        metavar="DIR",
+        help="--lerobot SmolVLA: the local directory of its VLM (config, processor, tokenizer; the weights too "
+        "when the checkpoint says load_vlm_weights), instead of the checkpoint's vlm_model_name "
+        "(a directory, or a model in the local Hugging Face cache; never downloaded)",
+    )
+    p.add_argument(
         "--tolerance",
         metavar="PREC=ERR,...",
         help="parity tolerance per precision, in the test case's units (normalised action units for "
@@ -154,6 +161,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="model factory (default: the ACT-size model)",
     )
     p.add_argument("--lerobot", default="", metavar="CHECKPOINT_DIR", help="bench a LeRobot checkpoint instead")
+    p.add_argument("--vlm-dir", default=None, metavar="DIR", help="--lerobot SmolVLA: its VLM's local directory")
     p.add_argument(
         "--calibration",
         default="",
@@ -199,8 +207,11 @@ def cmd_export(args: argparse.Namespace) -> int:
             control_rate_hz=args.control_rate_hz,
             tolerance=tolerance,
             policy_name=args.name,
+            vlm_dir=args.vlm_dir,
         )
     else:
+        if args.vlm_dir:
+            raise ConfigError("--vlm-dir applies to --lerobot SmolVLA checkpoints")
         if args.n_action_steps:
             raise ConfigError("--n-action-steps applies to --lerobot checkpoints; a factory's model sets its chunk")
         bundle = export_bundle(
@@ -332,6 +343,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
     result = run_engine_bench(
         args.factory,
         lerobot=args.lerobot,
+        vlm_dir=args.vlm_dir,
         calibration=args.calibration,
         precisions=precisions,
         runs=args.runs,

@@ -1,4 +1,4 @@
-"""``lerobot-runtime serve``, ``keys``, ``bench serve``, ``bench canary`` and ``bench soak``."""
+"""``lerobot-runtime serve``, ``infer``, ``keys``, ``bench serve``, ``bench canary`` and ``bench soak``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,26 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--config", metavar="FILE", help="daemon TOML config (default: built-in defaults, demo bundle)"
     )
     serve.set_defaults(func=_serve)
+
+    infer = commands.add_parser(
+        "infer", help="send one observation to the running daemon (a .npz, or random inputs) and print its chunk"
+    )
+    infer.add_argument(
+        "--connect", metavar="ENDPOINT", help="the daemon's endpoint (default: from --config, else the defaults)"
+    )
+    infer.add_argument("--config", metavar="FILE", help="the daemon's config, to find its endpoint")
+    infer.add_argument(
+        "--observation",
+        metavar="FILE.npz",
+        help="arrays named as hello's inputs (default: random ones of their shapes and dtypes, seeded)",
+    )
+    infer.add_argument(
+        "--task", help="the instruction, for a language policy (SmolVLA): needed there, refused elsewhere"
+    )
+    infer.add_argument("--reset", action="store_true", help="the observation starts a new episode")
+    infer.add_argument("--timeout-s", type=float, default=30.0, help="how long to wait for the chunk (default 30)")
+    infer.add_argument("--json", action="store_true", help="print the chunk and timing as JSON")
+    infer.set_defaults(func=_infer)
 
     keys = commands.add_parser("keys", help="make a CURVE key pair for the server or a client")
     keys.add_argument(
@@ -82,6 +102,66 @@ def _serve(args: argparse.Namespace) -> int:
     from runtime.daemon import Daemon
 
     return Daemon(load_config(args.config), config_path=args.config).run()
+
+
+def _infer(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from runtime.client import PolicyClient
+    from runtime.commands.status import DEFAULT_CONFIG
+    from runtime.config import load_config
+    from runtime.protocol.errors import ServerError
+    from runtime.status import status_endpoint
+
+    endpoint = args.connect
+    if not endpoint:
+        path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
+        endpoint = status_endpoint(load_config(path))
+    try:
+        with PolicyClient(endpoint, timeout_s=args.timeout_s) as client:
+            info = client.hello()
+            if args.observation:
+                with np.load(args.observation) as f:
+                    observation = {name: f[name] for name in f.files}
+            else:
+                rng = np.random.default_rng(0)
+                observation = {
+                    t.name: (
+                        rng.integers(0, 256, t.shape, dtype=np.uint8)
+                        if t.dtype == "uint8"
+                        else rng.standard_normal(t.shape).astype(t.dtype)
+                    )
+                    for t in info.inputs
+                }
+            if info.takes_task and args.task is None:
+                log.error('%s is a language policy: pass --task "..." (the instruction it follows)', info.policy_name)
+                return 2
+            chunk = client.infer(observation, reset=args.reset, task=args.task)
+    except ServerError as e:
+        log.error("the daemon refused the observation: %s", e)
+        return 1
+    except (TimeoutError, OSError) as e:
+        log.error("no daemon answers at %s (%s): is it running?", endpoint, e)
+        return 2
+    timing = {"queue": chunk.timing.queue_ms, "infer": chunk.timing.infer_ms, "round_trip": chunk.round_trip_ms}
+    if args.json:
+        out = {
+            "policy": info.policy_name,
+            "task": args.task,
+            "action_names": list(info.action_names),
+            "actions": chunk.actions.tolist(),
+            "timing_ms": timing,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        steps, dim = chunk.actions.shape
+        print(f"{info.policy_name}: {steps} x {dim} in {timing['round_trip']:.1f} ms (infer {timing['infer']:.1f})")
+        first = zip(info.action_names, chunk.actions[0], strict=True)
+        print("  first step: " + ", ".join(f"{n}={v:.3f}" for n, v in first))
+    return 0
 
 
 def _keys(args: argparse.Namespace) -> int:

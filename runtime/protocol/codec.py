@@ -51,7 +51,7 @@ from runtime.protocol.messages import (
 from runtime.protocol.teleop import parse_teleop
 
 _REQUEST_KEYS: Final = frozenset(("v", "id", "kind", "body"))
-_INFER_BODY_KEYS: Final = frozenset(("observation", "reset"))
+_INFER_BODY_KEYS: Final = frozenset(("observation", "reset", "task"))
 Buffer = bytes | memoryview
 
 
@@ -158,6 +158,14 @@ def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
         raise error
     try:
         header = _unpack(frames[0], _mark_ext)
+    except UnicodeDecodeError as e:  # a msgpack str whose bytes are not UTF-8: name where it is
+        where = _bad_utf8(frames[0])
+        raise BadRequestError(
+            f"{where}: a msgpack string that is not valid UTF-8 ({e.reason} at byte {e.start})",
+            field=where,
+            expected="a UTF-8 string",
+            received=f"{e.end - e.start} invalid byte(s) {e.object[e.start : e.end]!r}",
+        ) from None
     except Exception as e:  # msgpack raises ValueError, ExtraData, FormatError, StackError...
         raise BadRequestError(
             f"header frame is not a single msgpack map: {e}",
@@ -183,6 +191,38 @@ def decode_request(frames: Sequence[Buffer], max_message_bytes: int) -> Request:
     except (UnsupportedVersionError, UnsupportedKindError) as e:
         e.request_id = rid
         raise
+
+
+def _bad_utf8(frame: Buffer) -> str:
+    """Where in a header a string is not UTF-8 (``body.task``), read with strings left as bytes."""
+    try:
+        raw = msgpack.unpackb(frame, raw=True, strict_map_key=False, ext_hook=_mark_ext)
+    except Exception:
+        return "(header)"
+
+    def find(value: Any, where: str) -> str | None:
+        if isinstance(value, bytes):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                return where or "(header)"
+            return None
+        if isinstance(value, dict):
+            for k, v in value.items():
+                key = k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k)
+                if isinstance(k, bytes) and find(k, "x") is not None:
+                    return f"{where}.(key)" if where else "(key)"
+                found = find(v, f"{where}.{key}" if where else key)
+                if found is not None:
+                    return found
+        if isinstance(value, list):
+            for i, v in enumerate(value):
+                found = find(v, f"{where}[{i}]")
+                if found is not None:
+                    return found
+        return None
+
+    return find(raw, "") or "(header)"
 
 
 def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Request:
@@ -310,7 +350,7 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
     if unknown:
         key = sorted(map(str, unknown))[0]
         raise BadRequestError(
-            f"infer body: unknown key {key!r}", field=f"body.{key}", expected="observation, reset", received=key
+            f"infer body: unknown key {key!r}", field=f"body.{key}", expected="observation, reset, task", received=key
         )
     reset = body.get("reset", False)
     if not isinstance(reset, bool):
@@ -319,6 +359,14 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
             field="body.reset",
             expected="bool",
             received=_type_name(reset),
+        )
+    task = body.get("task")
+    if task is not None and not isinstance(task, str):
+        raise BadRequestError(
+            f"body.task: expected a UTF-8 string, got {_type_name(task)}",
+            field="body.task",
+            expected="str (msgpack str, UTF-8)",
+            received=_type_name(task),
         )
     obs_raw = body.get("observation")
     if not isinstance(obs_raw, dict):
@@ -342,7 +390,7 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
             expected=f"{sum(used)} data frames",
             received=f"{len(used)} data frames",
         )
-    return InferRequest(rid, observation, reset=reset)
+    return InferRequest(rid, observation, reset=reset, task=task)
 
 
 def _timing_wire(t: Timing) -> dict[str, float]:
@@ -564,7 +612,11 @@ def _observation(body: Mapping[str, Any]) -> dict[str, Any]:
         raise ProtocolError(f"reply body.observation: expected a map, got {_type_name(raw)}")
     frames = _need(raw, "history_frames", int, "body.observation")
     drawn = _need(raw, "server_drawn", list, "body.observation")
-    return {"history_frames": int(frames), "noise_inputs": tuple(str(n) for n in drawn)}
+    task = raw.get("task")  # absent from servers that predate tasks, nil for a policy without one
+    if task is not None and not isinstance(task, dict):
+        raise ProtocolError(f"reply body.observation.task: expected a map or nil, got {_type_name(task)}")
+    max_bytes = int(_need(task, "max_bytes", int, "body.observation.task")) if task else 0
+    return {"history_frames": int(frames), "noise_inputs": tuple(str(n) for n in drawn), "max_task_bytes": max_bytes}
 
 
 def _arm(body: Mapping[str, Any]) -> dict[str, Any] | None:

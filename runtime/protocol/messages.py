@@ -79,12 +79,14 @@ class StatsRequest:
 @dataclass(frozen=True, slots=True)
 class InferRequest:
     """``reset``: this observation starts a new episode (a policy with observation history forgets
-    the client's earlier frames)."""
+    the client's earlier frames). ``task``: the instruction a language policy follows (SmolVLA),
+    None when the request carries none."""
 
     id: int
     observation: Mapping[str, np.ndarray]
     kind: Literal["infer"] = "infer"
     reset: bool = False
+    task: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,13 @@ class PolicyInfo:
     # server draws itself (sampling noise); clients send neither
     history_frames: int = 1
     noise_inputs: tuple[str, ...] = ()
+    # a language policy needs a task string with every infer, of at most this many UTF-8 bytes; 0: the
+    # policy takes no task (and refuses one)
+    max_task_bytes: int = 0
+
+    @property
+    def takes_task(self) -> bool:
+        return self.max_task_bytes > 0
 
     @property
     def device(self) -> str:
@@ -183,7 +192,11 @@ class PolicyInfo:
             "kinds": list(self.kinds),
             "limits": {"max_message_bytes": self.max_message_bytes, "queue_depth": self.queue_depth},
             "arm": None if self.arm is None else dict(self.arm),
-            "observation": {"history_frames": self.history_frames, "server_drawn": list(self.noise_inputs)},
+            "observation": {
+                "history_frames": self.history_frames,
+                "server_drawn": list(self.noise_inputs),
+                "task": {"required": True, "max_bytes": self.max_task_bytes} if self.takes_task else None,
+            },
         }
 
 

@@ -12,6 +12,9 @@ The sampling noise of a generative policy (inputs with role ``noise``: Diffusion
 sample) is drawn by :class:`NoiseSource` on the inference worker, the one thread that runs the
 engine, from one numpy ``Generator`` per server: seeded, a server's sequence of chunks is
 reproducible; unseeded, it draws fresh entropy at each start.
+
+A language policy's token inputs (role ``language``) come from the request's task, tokenized by
+runtime.server.tasks; :meth:`ObservationHistory.assemble` puts them in their places.
 """
 
 from __future__ import annotations
@@ -47,8 +50,15 @@ class ObservationHistory:
         # per program input: where it comes from in what the client sent, or None for noise
         self._sources: list[int | None] = []
         self._stacked: list[bool] = []
-        for spec in manifest.inputs:
-            if spec.role == "noise":
+        # program input index -> 0 (the task's tokens) or 1 (their mask)
+        self._language: dict[int, int] = {}
+        lang = manifest.language
+        for i, spec in enumerate(manifest.inputs):
+            if spec.role == "language":
+                self._language[i] = 0 if lang is not None and spec.name == lang.tokens_input else 1
+                self._sources.append(None)
+                self._stacked.append(False)
+            elif spec.role == "noise":
                 self._sources.append(None)
                 self._stacked.append(False)
             else:
@@ -61,7 +71,7 @@ class ObservationHistory:
     @property
     def needed(self) -> bool:
         """False when the program takes exactly what a client sends (nothing to keep or draw)."""
-        return self.frames > 1 or any(s is None for s in self._sources)
+        return self.frames > 1 or any(s is None for s in self._sources)  # noise or language inputs too
 
     def observe(self, client: Hashable, observation: Sequence[np.ndarray], now: float, *, reset: bool = False) -> None:
         """Add a frame to the client's history without running the policy (the control loop, every tick
@@ -70,15 +80,26 @@ class ObservationHistory:
             self._push(client, observation, now, reset)
 
     def assemble(
-        self, client: Hashable, observation: Sequence[np.ndarray], now: float, *, reset: bool = False
+        self,
+        client: Hashable,
+        observation: Sequence[np.ndarray],
+        now: float,
+        *,
+        reset: bool = False,
+        language: Sequence[np.ndarray] = (),
     ) -> list[np.ndarray]:
         """The program's inputs, in manifest order, from ``observation`` (validated, in
         ``observation_inputs`` order) and the client's earlier frames; noise inputs hold
-        :data:`NOISE_PLACEHOLDER` until :meth:`NoiseSource.fill`. ``now``: time.monotonic()."""
+        :data:`NOISE_PLACEHOLDER` until :meth:`NoiseSource.fill`; language inputs take ``language``
+        (the task's tokens and mask). ``now``: time.monotonic()."""
+        if self._language and len(language) != 2:
+            raise ValueError("assemble: a language policy's inputs need the task's tokens and mask")
         window = self._push(client, observation, now, reset) if self.frames > 1 else [observation]
         out: list[np.ndarray] = []
-        for source, stacked in zip(self._sources, self._stacked, strict=True):
-            if source is None:
+        for i, (source, stacked) in enumerate(zip(self._sources, self._stacked, strict=True)):
+            if i in self._language:
+                out.append(language[self._language[i]])
+            elif source is None:
                 out.append(NOISE_PLACEHOLDER)
             elif stacked:
                 out.append(np.stack([frame[source] for frame in window]))

@@ -51,6 +51,7 @@ from runtime.server.security import (
     start_authenticator,
 )
 from runtime.server.stats import StatsCollector
+from runtime.server.tasks import TaskEncoder, task_error
 from runtime.server.worker import InferenceWorker
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,15 @@ def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> Pol
         queue_depth=queue_depth,
         history_frames=m.observation_history,
         noise_inputs=tuple(s.name for s in m.noise_inputs),
+        max_task_bytes=m.language.max_task_bytes if m.language is not None else 0,
     )
+
+
+def task_encoder(engine: Engine) -> TaskEncoder | None:
+    """The bundle's tokenizer for a language policy (loaded once per engine), None for other policies."""
+    if engine.manifest.language is None:
+        return None
+    return TaskEncoder(engine.manifest, engine.info.bundle)
 
 
 class ControlHandler(Protocol):
@@ -136,6 +145,8 @@ class PolicyServer:
         self._routers: list[Any] = []
         self._pull: Any = None
         self._worker: InferenceWorker | None = None
+        #: a language policy's tokenizer (set at start and on reload); None for other policies
+        self.tasks: TaskEncoder | None = None
         self._io: threading.Thread | None = None
         self._stop = threading.Event()
         self._deadline = math.inf
@@ -200,6 +211,13 @@ class PolicyServer:
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
         self._observation_specs = self.engine.manifest.observation_inputs
         self._noise_names = {s.name for s in self.engine.manifest.noise_inputs}
+        try:
+            self.tasks = task_encoder(self.engine)
+        except BaseException:
+            self.queue.close()
+            self._worker.join()
+            self._stop_context()
+            raise
         self.history = ObservationHistory(self.engine.manifest, max_gap_s=self.config.history_max_gap_s)
         names = [s.name for s in self._observation_specs]
         for name in self.config.allow_non_finite:
@@ -318,8 +336,10 @@ class PolicyServer:
                 f"({[s.name for s in new.inputs]} -> {[s.name for s in new.outputs]}); restart to serve it"
             )
         assert self._worker is not None
+        tasks = task_encoder(engine)  # a new bundle may bring another tokenizer
         self._worker.swap_engine(engine)
         self.engine = engine
+        self.tasks = tasks
         self.info = policy_info(engine, self.max_message_bytes, self.config.queue_depth)
         self._hello_body = self.info.to_wire()
 
@@ -520,9 +540,12 @@ class PolicyServer:
             self._refuse_noise(request.observation)
             frame = validate_inputs(self._observation_specs, request.observation)
             check_finite(self._observation_specs, frame, self.config.allow_non_finite)
+            language = self._language(request.task)
         except InputValidationError as e:  # answered bad_input by _handle; nothing is queued
             raise BadInputError(str(e), field=e.field, expected=e.expected, received=e.received) from None
-        inputs = self.history.assemble((index, envelope[0]), frame, received_at, reset=request.reset)
+        inputs = self.history.assemble(
+            (index, envelope[0]), frame, received_at, reset=request.reset, language=language
+        )
         job = Job(index, envelope, request.id, inputs, received_at)
         result = self.queue.put(job)
         if not result.accepted:
@@ -545,6 +568,16 @@ class PolicyServer:
             )
 
     def _refuse_noise(self, observation: Mapping[str, Any]) -> None:
+        # The task's tokens are the server's to make, from the task string, with the bundle's tokenizer.
+        for spec in self.engine.manifest.inputs:
+            if spec.role == "language" and spec.name in observation:
+                raise InputValidationError(
+                    f"input {spec.name!r}: the server tokenizes this policy's task itself; send the task "
+                    "string (body.task), not its tokens",
+                    field=spec.name,
+                    expected="not sent (send task)",
+                    received=f"{spec.name} sent",
+                )
         # One source of sampling noise: the server's generator (seedable), never the network.
         for name in self._noise_names:
             if name in observation:
@@ -556,29 +589,58 @@ class PolicyServer:
                     received=f"{name} sent",
                 )
 
+    @property
+    def takes_task(self) -> bool:
+        """True for a language policy: every inference needs a task string (see :meth:`submit_local`)."""
+        return self.engine.manifest.language is not None
+
+    def _language(self, task: Any) -> tuple[Any, ...]:
+        """The task's tokens and mask for a language policy, () for another; raises InputValidationError
+        (field ``task``) for a missing, malformed or too long task, or a task sent to a policy without one."""
+        tasks = self.tasks
+        error = task_error(tasks is not None, task, tasks.max_bytes if tasks is not None else 0)
+        if error is not None:
+            raise error
+        return tasks.encode(task) if tasks is not None else ()
+
     def submit_local(
-        self, inputs: list[Any], on_done: Callable[[Any, str | None], None], *, reset: bool = False
+        self,
+        inputs: list[Any],
+        on_done: Callable[[Any, str | None], None],
+        *,
+        reset: bool = False,
+        task: str | None = None,
     ) -> bool:
         """Queue an inference for the control loop, ahead of network clients (the arm waits on it).
 
         ``inputs``: one observation, validated against ``manifest.observation_inputs`` and in that
         order; the server adds the loop's earlier frames and the sampling noise where the policy takes
-        them (``reset``: this observation starts a new history). ``on_done`` runs on the worker thread.
-        Returns False when the server is not taking work.
+        them (``reset``: this observation starts a new history). ``task``: the instruction, which a
+        language policy (:attr:`takes_task`) needs with every call and any other policy refuses; a
+        bad task is reported through ``on_done`` (``"bad_input: task: ..."``) before this returns
+        True, and nothing is queued. ``on_done`` runs on the worker thread (or, for a refused task,
+        on the caller's). Returns False when the server is not taking work.
         """
         if not self._accepting:
             return False
         now = time.monotonic()
-        program_inputs = self.history.assemble(LOCAL_CLIENT, inputs, now, reset=reset)
+        try:
+            language = self._language(task)
+        except InputValidationError as e:
+            on_done(None, f"bad_input: {e}")
+            return True
+        program_inputs = self.history.assemble(LOCAL_CLIENT, inputs, now, reset=reset, language=language)
         job = Job(-1, [b"control-loop"], 0, program_inputs, now, on_done)
         result = self.queue.put(job, front=True)
         if result.superseded is not None and result.superseded.on_done is not None:
             result.superseded.on_done(None, "superseded by a newer observation")
         return result.accepted
 
-    def observe_local(self, inputs: list[Any], *, reset: bool = False) -> None:
+    def observe_local(self, inputs: list[Any], *, reset: bool = False, task: str | None = None) -> None:
         """Add the control loop's observation of this tick to its history, without an inference
-        (a no-op for a policy that looks at one observation). Same ``inputs`` as :meth:`submit_local`."""
+        (a no-op for a policy that looks at one observation). Same ``inputs`` as :meth:`submit_local`;
+        ``task`` is accepted for symmetry with it and not used: the history keeps observations, the
+        task goes with each inference."""
         self.history.observe(LOCAL_CLIENT, inputs, time.monotonic(), reset=reset)
 
     def _reply_job_error(self, job: Job, code: str, message: str) -> None:

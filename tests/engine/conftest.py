@@ -61,3 +61,41 @@ def vqbet_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def vqbet_bundle(vqbet_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _export(vqbet_checkpoint, tmp_path_factory.mktemp("bundles") / "vqbet")
+
+
+# SmolVLA's VLM as a hub id: a checkpoint trained from SmolVLM2 names it so, and the export must resolve
+# it offline (--vlm-dir), never download it
+SMOLVLA_HUB_VLM = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
+
+
+@pytest.fixture(scope="session")
+def smolvla_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny SmolVLA (LeRobot's classes, random weights) whose config names its VLM by hub id; the VLM
+    directory it was built from (config, processor, trained tokenizer) is ``<checkpoint>.vlm``."""
+    import json
+
+    from runtime.policies.smolvla_checkpoint import write_smolvla
+
+    path = write_smolvla(tmp_path_factory.mktemp("lerobot") / "smolvla", "tiny")
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["vlm_model_name"] = SMOLVLA_HUB_VLM
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+@pytest.fixture(scope="session")
+def smolvla_vlm(smolvla_checkpoint: Path) -> Path:
+    return smolvla_checkpoint.parent / f"{smolvla_checkpoint.name}.vlm"
+
+
+@pytest.fixture(scope="session")
+def smolvla_bundle(smolvla_checkpoint: Path, smolvla_vlm: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from runtime.cli import main
+
+    out = tmp_path_factory.mktemp("bundles") / "smolvla"
+    before = os.sched_getaffinity(0)
+    args = ["export", "--lerobot", str(smolvla_checkpoint), "--vlm-dir", str(smolvla_vlm), "--out", str(out)]
+    status = main([*args, "--action-names", ",".join(JOINTS)])
+    os.sched_setaffinity(0, before)
+    assert status == 0
+    return out

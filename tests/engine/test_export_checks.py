@@ -192,7 +192,10 @@ def test_checkpoint_is_read_without_lerobot(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"type": "pi0"}, "field 'type': expected a supported policy type (act, diffusion, tdmpc, vqbet), got 'pi0'"),
+        (
+            {"type": "pi0"},
+            "field 'type': expected a supported policy type (act, diffusion, tdmpc, vqbet, smolvla), got 'pi0'",
+        ),
         ({"chunk_size": 0}, "field 'chunk_size': expected a positive integer, got 0"),
         (
             {"input_features": {"observation.images.front": {"type": "VISUAL", "shape": [1, 48, 64]}}},

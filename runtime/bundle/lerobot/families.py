@@ -27,6 +27,7 @@ FAMILIES: Final = {
     "tdmpc": FamilyConfig("runtime.bundle.lerobot.tdmpc", "horizon", "n_action_steps"),
     # VQ-BeT has no n_action_steps: select_action executes the whole chunk
     "vqbet": FamilyConfig("runtime.bundle.lerobot.vqbet", "action_chunk_size", "action_chunk_size"),
+    "smolvla": FamilyConfig("runtime.bundle.lerobot.smolvla", "chunk_size", "n_action_steps"),
 }
 SUPPORTED_POLICIES: Final = tuple(FAMILIES)
 

@@ -8,7 +8,7 @@ steps it serves, the noise it takes and the normalised chunk LeRobot's inference
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     import torch
@@ -41,6 +41,18 @@ class Family:
     def first_step(self) -> int:
         """The first step of the chunk LeRobot executes."""
         return 0
+
+    def language_inputs(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """The program's language inputs (name -> shape, dtype): the task's tokens, filled by the server."""
+        return {}
+
+    def language(self) -> dict[str, Any] | None:
+        """For a policy that takes a task: ``export_bundle``'s ``language`` (tokenizer definition and fields)."""
+        return None
+
+    def example_language(self) -> dict[str, torch.Tensor]:
+        """The test case's language inputs: a task string as the bundle's tokenizer encodes it."""
+        return {}
 
     def noise_inputs(self) -> dict[str, tuple[int, ...]]:
         """The program's noise inputs (name -> shape), standard normals the server draws per request."""

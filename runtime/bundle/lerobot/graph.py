@@ -2,7 +2,8 @@
 
 Inputs are unbatched and in the checkpoint's feature order, named as LeRobot names them
 (``observation.images.front``, ``observation.state``): cameras as ``uint8`` [H, W, 3], the rest as
-float32, then the family's noise inputs. Policies that look at ``n_obs_steps > 1`` observations take
+float32, then the family's language inputs (a task's tokens, filled by the server), then its noise
+inputs. Policies that look at ``n_obs_steps > 1`` observations take
 each observation input with that many frames first ([n_obs_steps, H, W, 3]); the server keeps the
 history (see runtime.server.history).
 """
@@ -31,6 +32,7 @@ class LeRobotGraph(nn.Module):
         self.normalizer = loaded.normalizer
         self.unnormalizer = loaded.unnormalizer
         self.names = [f.name for f in ckpt.inputs]
+        self.language_names = list(family.language_inputs())
         self.noise_names = list(family.noise_inputs())
         self.images = {f.name for f in ckpt.inputs if f.type == "VISUAL"}
         self.n_action_steps = n_action_steps
@@ -45,7 +47,10 @@ class LeRobotGraph(nn.Module):
                 x = (x.to(torch.float32) / 255).permute(*range(n - 3), n - 1, n - 3, n - 2)
             batch[name] = x.unsqueeze(0)
         batch = self.normalizer._normalize_observation(batch, inverse=False)
-        noise = dict(zip(self.noise_names, inputs[len(self.names) :], strict=True))
+        rest = inputs[len(self.names) :]
+        for name, x in zip(self.language_names, rest[: len(self.language_names)], strict=True):
+            batch[name] = x.unsqueeze(0)  # tokens and their mask: not normalised
+        noise = dict(zip(self.noise_names, rest[len(self.language_names) :], strict=True))
         actions = self.family.predict(batch, noise)
         actions = self.unnormalizer._normalize_action(actions, inverse=True)
         out: torch.Tensor = actions[0, self.first_step : self.first_step + self.n_action_steps]
@@ -77,6 +82,7 @@ def example_inputs(family: Family, seed: int = 0) -> dict[str, torch.Tensor]:
         elif "min" in s and "max" in s:
             x = s["min"].float() + (x.clamp(-2, 2) + 2) / 4 * (s["max"] - s["min"]).float()
         out[f.name] = x.contiguous()
+    out.update(family.example_language())
     for name, shape in family.noise_inputs().items():
         out[name] = torch.randn(*shape, generator=gen)
     return out

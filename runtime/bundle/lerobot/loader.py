@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from runtime.bundle.lerobot.checkpoint import Checkpoint
@@ -38,18 +39,59 @@ class LoadedCheckpoint:
     unnormalizer: Any  # the postprocessor's UnnormalizerProcessorStep
 
 
-def load_checkpoint(ckpt: Checkpoint) -> LoadedCheckpoint:
-    """Load weights and processors from the local directory (no hub access)."""
+def resolve_vlm(ckpt: Checkpoint, vlm_dir: str | Path | None) -> Path:
+    """SmolVLA's VLM as a local directory: ``--vlm-dir``, else ``vlm_model_name`` when it is a directory,
+    else that model in the local Hugging Face cache; never downloaded (export runs offline)."""
+    if vlm_dir is not None:
+        path = Path(vlm_dir)
+        if not (path / "config.json").is_file():
+            raise ExportError(f"--vlm-dir: {path} holds no config.json (expected a SmolVLM model directory)")
+        return path
+    name = str(ckpt.config.get("vlm_model_name", ""))
+    if name and (Path(name) / "config.json").is_file():
+        return Path(name)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception as e:  # not a repo id, or not in the cache: both mean the same to the user
+        raise ExportError(
+            f"{ckpt.path / 'config.json'}: field 'vlm_model_name': {name!r} is neither a local directory nor in the "
+            f"local Hugging Face cache ({type(e).__name__}); export runs offline: pass --vlm-dir DIR, a directory "
+            "holding the VLM's config.json, processor and tokenizer files"
+        ) from e
+
+
+def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None) -> LoadedCheckpoint:
+    """Load weights and processors from the local directory (no hub access).
+
+    A SmolVLA checkpoint's VLM (config, processor, tokenizer; its weights when the checkpoint says
+    ``load_vlm_weights``, as LeRobot loads them) comes from a local directory (see :func:`resolve_vlm`).
+    """
     import_lerobot()
     from lerobot.processor import NormalizerProcessorStep, PolicyProcessorPipeline, UnnormalizerProcessorStep
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
 
+    cls = policy_class(ckpt.policy_type)
+    kwargs: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}
+    if ckpt.policy_type == "smolvla":
+        from lerobot.configs.policies import PreTrainedConfig
+
+        vlm = str(resolve_vlm(ckpt, vlm_dir).resolve())
+        config = PreTrainedConfig.from_pretrained(str(ckpt.path), local_files_only=True)
+        config.vlm_model_name = vlm
+        kwargs["config"] = config
+        overrides["tokenizer_processor"] = {"tokenizer_name": vlm}
     # LeRobot prints "Loading weights from local directory" to stdout, which belongs to --json output
     with contextlib.redirect_stdout(sys.stderr):
-        policy = policy_class(ckpt.policy_type).from_pretrained(str(ckpt.path), local_files_only=True)
+        try:
+            policy = cls.from_pretrained(str(ckpt.path), local_files_only=True, **kwargs)
+        except OSError as e:  # transformers: a VLM directory without the files it needs
+            raise ExportError(f"{ckpt.path}: loading the policy failed: {e}") from e
     policy = policy.to("cpu").eval()
     pre = PolicyProcessorPipeline.from_pretrained(
-        str(ckpt.path), config_filename="policy_preprocessor.json", local_files_only=True
+        str(ckpt.path), config_filename="policy_preprocessor.json", local_files_only=True, overrides=overrides
     )
     post = PolicyProcessorPipeline.from_pretrained(
         str(ckpt.path),

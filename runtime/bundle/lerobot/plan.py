@@ -28,6 +28,7 @@ def lerobot_export_plan(
     n_action_steps: int | None = None,
     action_names: tuple[str, ...] | None = None,
     policy_name: str | None = None,
+    vlm_dir: str | Path | None = None,
 ) -> tuple[Callable[[], tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """The factory (graph and example inputs) and the ``export_bundle`` keywords for a checkpoint."""
     ckpt = read_checkpoint(checkpoint)
@@ -44,7 +45,9 @@ def lerobot_export_plan(
         )
     if len(names) != dim:
         raise ExportError(f"--action-names: the action has {dim} values per step, {len(names)} names given")
-    loaded = load_checkpoint(ckpt)
+    if vlm_dir is not None and ckpt.policy_type != "smolvla":
+        raise ExportError(f"--vlm-dir: applies to SmolVLA checkpoints; {ckpt.path} is a {ckpt.policy_type} policy")
+    loaded = load_checkpoint(ckpt, vlm_dir=vlm_dir)
     family = family_class(ckpt.policy_type)(loaded)
     family.check()
     limit = family.usable_steps()
@@ -80,10 +83,15 @@ def lerobot_export_plan(
         # from the checkpoint's feature types, not the names: the server keeps history for these roles
         "input_roles": {
             **{f.name: FEATURE_ROLES[f.type] for f in ckpt.inputs},
+            **{name: "language" for name in family.language_inputs()},
             **{name: "noise" for name in family.noise_inputs()},
         },
         "observation_history": ckpt.n_obs_steps,
     }
+    language = family.language()
+    if language is not None:
+        kwargs["language"] = language
+        kwargs["source"]["vlm"] = str(loaded.policy.config.vlm_model_name)
     return factory, kwargs
 
 
@@ -98,12 +106,13 @@ def export_lerobot(
     control_rate_hz: float = 30.0,
     tolerance: Mapping[str, float] | None = None,
     policy_name: str | None = None,
+    vlm_dir: str | Path | None = None,
 ) -> Any:
     """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
     from runtime.bundle.export import export_bundle
 
     factory, kwargs = lerobot_export_plan(
-        checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name
+        checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name, vlm_dir=vlm_dir
     )
     return export_bundle(
         factory,

@@ -1,4 +1,4 @@
-"""Importing LeRobot here: the torchvision shim, the version check and the install hint.
+"""Importing LeRobot here: the torchvision and transformers shims, the version check and the install hint.
 
 LeRobot pins an older torch than ExecuTorch needs, so it is installed beside us with ``--no-deps``
 (see docs/lerobot.md); this module is the one place that imports it, so every failure names what to
@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any, Final
 
@@ -58,6 +59,30 @@ def _shim_torchvision() -> None:
 _TORCHVISION_SHIM: Any = None
 
 
+def _shim_transformers() -> None:
+    """Let transformers 4.57 (SmolVLA's VLM) import beside the hub and tokenizers LeRobot's stack needs.
+
+    transformers 4.x refuses, at import, huggingface-hub >= 1.0 and tokenizers > 0.23.0, while the
+    datasets and diffusers releases that import beside torch 2.13 need huggingface-hub >= 1.31; so
+    transformers goes in with ``--no-deps`` (as LeRobot does) and its import-time version check is
+    skipped here. What the exporter uses of it (SmolVLM's modules, configs and tokenizer read from a
+    local directory) works with both; the SmolVLA parity tests say when it stops doing so. LeRobot's
+    own ``lerobot.policies`` imports transformers whenever it is installed, so this runs before any
+    LeRobot import.
+    """
+    name = "transformers.dependency_versions_check"
+    if name in sys.modules or "transformers" in sys.modules or importlib.util.find_spec("transformers") is None:
+        return
+    stub = types.ModuleType(name)
+    stub.__doc__ = "transformers' import-time version check, skipped by runtime.bundle.lerobot.torchvision_shim"
+
+    def dep_version_check(pkg: str, hint: str | None = None) -> None:
+        return None
+
+    stub.dep_version_check = dep_version_check  # type: ignore[attr-defined]
+    sys.modules[name] = stub
+
+
 def lerobot_available() -> str | None:
     """None when LeRobot can be used here, else why not (for skips and errors)."""
     version = package_version("lerobot")
@@ -76,6 +101,7 @@ def import_lerobot() -> Any:
     """The ``lerobot`` package, imported with the torchvision shim; tells what to install otherwise."""
     try:
         _shim_torchvision()
+        _shim_transformers()
         # LeRobot logs through absl/torchao warnings at import; they are not ours
         os.environ.setdefault("TORCHAO_NO_WARNINGS", "1")
         return importlib.import_module("lerobot")

@@ -1,0 +1,350 @@
+"""SmolVLA in the exported graph: LeRobot's ``predict_action_chunk``, the task's tokens and the flow noise as inputs.
+
+The program is LeRobot's inference for one observation: each camera resized with padding and scaled
+to [-1, 1] (``prepare_images``), the state padded to ``max_state_dim``, the VLM prefix (SigLIP-style
+vision encoder, pixel-shuffle connector, the language embeddings, the state projection) run once to
+fill the key/value cache, then ``num_steps`` Euler steps of flow matching through the action expert,
+unrolled (the timesteps are Python floats), LeRobot's own code throughout.
+
+Inputs beside the cameras and the state:
+
+* ``observation.language.tokens`` (int64 ``[tokenizer_max_length]``) and
+  ``observation.language.attention_mask`` (bool, same length): the task string as LeRobot's
+  preprocessor tokenizes it (runtime.bundle.tokenizer), padded to the maximum length; the server fills
+  them from the request's ``task``. A padded token is masked out of every attention and does not move
+  the position ids, so padding to the maximum computes the numbers LeRobot's ``padding="longest"``
+  does (the parity tests compare exactly that).
+* ``noise`` (float32 ``[chunk_size, max_action_dim]``): the flow's initial sample, which LeRobot draws
+  with ``torch.normal`` when none is given; the server draws it per request, as for Diffusion Policy.
+
+Two pieces are traced in another form with the same numbers, each checked against the original
+before tracing (``check``):
+
+* the vision embeddings' position ids. SmolVLM computes them per image from its patch mask
+  (``arange`` over the mask's sum, ``bucketize``, a boolean-indexed write: data-dependent shapes
+  torch.export refuses); LeRobot always passes the full mask, for which the ids are a constant,
+  computed with SmolVLM's own code;
+* LeRobot counts its padding masks with ``torch.sum`` and ``torch.cumsum`` of booleans (int64 results),
+  which OpenVINO's converter refuses ("Element type of data input must be numeric"); the masks are
+  counted in float32 (exact far beyond any sequence length: 2**24) and the counts cast to int64, the
+  same counts (and no int64 reduction, which OpenVINO's CPU plugin computes in 32 bits); and
+  ``make_att_2d_masks`` multiplies two boolean masks, which OpenVINO's Multiply refuses for
+  booleans: a logical and, the same mask;
+* the cameras' bilinear resize (``F.interpolate`` in ``resize_with_pad``): ExecuTorch's OpenVINO
+  partitioner keeps ``upsample_bilinear2d`` whole but OpenVINO 2025.4.1's PyTorch frontend does not
+  take it, so the op would be left to no kernel at all. For a fixed image size a bilinear resize is
+  two fixed linear maps, one per axis; their matrices are computed with ``F.interpolate`` itself
+  (applied to identity matrices) before tracing and the resize is two matrix products, the same
+  weights summed in another order (differences of float rounding, checked to stay below 1e-5 of the
+  [0, 1] pixel range);
+* LeRobot's ``apply_rope`` writes its two halves into ``torch.empty_like`` of a strided view, which
+  exports as ``aten.empty_permuted``, an op outside the core ATen set ExecuTorch lowers; the same two
+  halves are concatenated instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Final
+from unittest import mock
+
+import torch
+
+from runtime.bundle.lerobot.family import Family
+from runtime.errors import ExportError
+
+OBS_LANGUAGE_TOKENS: Final = "observation.language.tokens"
+OBS_LANGUAGE_MASK: Final = "observation.language.attention_mask"
+NOISE_INPUT: Final = "noise"
+# the bundle's test case asks for this task (any task would do: it is what the parity replay runs)
+EXAMPLE_TASK: Final = "Pick up the red cube and place it in the box."
+
+
+def _full_mask_position_ids(embeddings: Any, batch: int, height: int, width: int) -> torch.Tensor:
+    """SmolVLM's vision position ids for a full patch mask, by SmolVLM's own forward (eager, not traced)."""
+    seen: list[torch.Tensor] = []
+    original = embeddings.position_embedding.forward
+
+    def capture(ids: torch.Tensor) -> torch.Tensor:
+        seen.append(ids.clone())
+        out: torch.Tensor = original(ids)
+        return out
+
+    pixels = torch.zeros(batch, embeddings.patch_embedding.in_channels, height, width)
+    mask = torch.ones(batch, height // embeddings.patch_size, width // embeddings.patch_size, dtype=torch.bool)
+    with torch.no_grad(), mock.patch.object(embeddings.position_embedding, "forward", capture):
+        embeddings(pixel_values=pixels, patch_attention_mask=mask)
+    return seen[0]
+
+
+def _apply_rope(x: torch.Tensor, positions: torch.Tensor, max_wavelength: int = 10_000) -> torch.Tensor:
+    """LeRobot's ``apply_rope`` (smolvlm_with_expert.py), its halves concatenated instead of written."""
+    d_half = x.shape[-1] // 2
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    freq_exponents = (2.0 / x.shape[-1]) * torch.arange(d_half, dtype=torch.float32, device=x.device)
+    timescale = max_wavelength**freq_exponents
+    radians = positions[..., None].to(torch.float32) / timescale[None, None, :].to(torch.float32)
+    radians = radians[..., None, :]
+    sin, cos = torch.sin(radians), torch.cos(radians)
+    x1, x2 = x[..., :d_half], x[..., d_half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(dtype)
+
+
+def _check_rope(original: Any) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 7, 3, 16, generator=gen).transpose(1, 2).transpose(1, 2)  # a strided view, as traced
+    positions = torch.arange(7).unsqueeze(0)
+    if not torch.equal(_apply_rope(x, positions), original(x, positions)):
+        raise ExportError("SmolVLA: apply_rope as traced differs from LeRobot's; this LeRobot release changed it")
+
+
+class _MatrixResize:
+    """``torch.nn.functional`` as LeRobot's SmolVLA module sees it while traced: bilinear resizes of the
+    sizes recorded before tracing as two matrix products, everything else F's own."""
+
+    def __init__(self) -> None:
+        self.matrices: dict[tuple[int, int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.recording = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.nn.functional, name)
+
+    def interpolate(
+        self, x: torch.Tensor, size: Any = None, mode: str = "nearest", align_corners: Any = None, **kwargs: Any
+    ) -> torch.Tensor:
+        if mode != "bilinear" or align_corners or kwargs or size is None:
+            return torch.nn.functional.interpolate(x, size=size, mode=mode, align_corners=align_corners, **kwargs)
+        key = (x.shape[-2], x.shape[-1], int(size[0]), int(size[1]))
+        if self.recording:
+            self.matrices[key] = _resize_matrices(*key)
+            out: torch.Tensor = torch.nn.functional.interpolate(x, size=size, mode=mode, align_corners=align_corners)
+            return out
+        if key not in self.matrices:
+            raise ExportError(f"SmolVLA: a bilinear resize {key[:2]} -> {key[2:]} that was not prepared before tracing")
+        rows, cols = self.matrices[key]
+        return torch.matmul(torch.matmul(rows, x), cols)
+
+
+def _resize_matrices(in_h: int, in_w: int, out_h: int, out_w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row map (out_h x in_h) and the transposed column map (in_w x out_w) of a bilinear resize."""
+    f = torch.nn.functional
+    with torch.no_grad():
+        # resizing one axis of an identity matrix leaves the other untouched (scale 1 is exact)
+        rows = f.interpolate(torch.eye(in_h)[None, None], size=(out_h, in_h), mode="bilinear", align_corners=False)
+        cols = f.interpolate(torch.eye(in_w)[None, None], size=(in_w, out_w), mode="bilinear", align_corners=False)
+    return rows[0, 0].contiguous(), cols[0, 0].contiguous()
+
+
+class _TorchCountingInIntegers:
+    """``torch`` as LeRobot's SmolVLA module sees it while traced: boolean masks counted in float32, the
+    counts int64 as torch's own sums of booleans are."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def sum(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if x.dtype != torch.bool:
+            return torch.sum(x, *args, **kwargs)
+        return torch.sum(x.to(torch.float32), *args, **kwargs).to(torch.int64)
+
+    @staticmethod
+    def cumsum(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if x.dtype != torch.bool:
+            return torch.cumsum(x, *args, **kwargs)
+        return torch.cumsum(x.to(torch.float32), *args, **kwargs).to(torch.int64)
+
+
+def _make_att_2d_masks(pad_masks: torch.Tensor, att_masks: torch.Tensor) -> torch.Tensor:
+    """LeRobot's ``make_att_2d_masks`` (modeling_smolvla.py) with a logical and for the boolean product."""
+    if att_masks.ndim != 2 or pad_masks.ndim != 2:
+        raise ValueError((att_masks.ndim, pad_masks.ndim))
+    cumsum = _TorchCountingInIntegers.cumsum(att_masks, dim=1)
+    att_2d_masks = cumsum[:, None, :] <= cumsum[:, :, None]
+    pad_2d_masks = pad_masks[:, None, :] & pad_masks[:, :, None]
+    return att_2d_masks & pad_2d_masks
+
+
+def _check_masks(original: Any) -> None:
+    gen = torch.Generator().manual_seed(0)
+    pad = torch.rand(2, 9, generator=gen) > 0.3
+    for att in (torch.rand(2, 9, generator=gen) > 0.5, (torch.rand(2, 9, generator=gen) > 0.5).float()):
+        if not torch.equal(_make_att_2d_masks(pad, att), original(pad, att)):
+            raise ExportError(
+                "SmolVLA: make_att_2d_masks as traced differs from LeRobot's; this LeRobot release changed it"
+            )
+
+
+@contextlib.contextmanager
+def _traceable(embeddings: Any, position_ids: torch.Tensor, resize: _MatrixResize) -> Iterator[None]:
+    from lerobot.policies.smolvla import modeling_smolvla, smolvlm_with_expert
+
+    with (
+        mock.patch.object(modeling_smolvla, "F", resize),
+        _static_vision_positions(embeddings, position_ids),
+        mock.patch.object(smolvlm_with_expert, "apply_rope", _apply_rope),
+        mock.patch.object(modeling_smolvla, "torch", _TorchCountingInIntegers()),
+        mock.patch.object(modeling_smolvla, "make_att_2d_masks", _make_att_2d_masks),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _static_vision_positions(embeddings: Any, position_ids: torch.Tensor) -> Iterator[None]:
+    """SmolVLM's vision embeddings with the full-mask position ids as a constant, while traced."""
+
+    def forward(pixel_values: torch.Tensor, patch_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        patches = embeddings.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
+        out: torch.Tensor = patches + embeddings.position_embedding(position_ids)
+        return out
+
+    with mock.patch.object(embeddings, "forward", forward):
+        yield
+
+
+class SmolvlaFamily(Family):
+    policy_type = "smolvla"
+    policy_class = ("lerobot.policies.smolvla.modeling_smolvla", "SmolVLAPolicy")
+
+    def __init__(self, loaded: Any) -> None:
+        super().__init__(loaded)
+        self.position_ids: torch.Tensor | None = None
+        self.resize = _MatrixResize()
+
+    def _vision_embeddings(self) -> Any:
+        return self.policy.model.vlm_with_expert.get_vlm_model().vision_model.embeddings
+
+    def check(self) -> None:
+        cfg = self.policy.config
+        where = self.checkpoint.path / "config.json"
+        if cfg.rtc_config is not None and cfg.rtc_config.enabled:
+            raise ExportError(
+                f"{where}: field 'rtc_config.enabled': expected false (real-time chunking guides the flow with "
+                "the previous chunk's leftover, which this program does not take), got true"
+            )
+        if cfg.adapt_to_pi_aloha:
+            raise ExportError(f"{where}: field 'adapt_to_pi_aloha': expected false (Aloha's conversions), got true")
+        if cfg.empty_cameras:
+            raise ExportError(
+                f"{where}: field 'empty_cameras': expected 0 (every camera an input), got {cfg.empty_cameras}"
+            )
+        if cfg.n_obs_steps != 1:
+            raise ExportError(
+                f"{where}: field 'n_obs_steps': expected 1 (SmolVLA looks at one observation), got {cfg.n_obs_steps}"
+            )
+        width, height = cfg.resize_imgs_with_padding or next(
+            (f.shape[2], f.shape[1]) for f in self.checkpoint.inputs if f.type == "VISUAL"
+        )
+        embeddings = self._vision_embeddings()
+        self.position_ids = _full_mask_position_ids(embeddings, 1, height, width)
+        # the constant ids must give SmolVLM's own embeddings: checked here, on random pixels
+        pixels = torch.randn(1, 3, height, width, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            want = embeddings(
+                pixel_values=pixels, patch_attention_mask=torch.ones(1, *self._patches(height, width), dtype=torch.bool)
+            )
+            with _static_vision_positions(embeddings, self.position_ids):
+                got = embeddings(pixel_values=pixels)
+        from lerobot.policies.smolvla import modeling_smolvla, smolvlm_with_expert
+
+        _check_rope(smolvlm_with_expert.apply_rope)
+        self._prepare_resize(modeling_smolvla)
+        _check_masks(modeling_smolvla.make_att_2d_masks)
+        if not torch.equal(got, want):
+            raise ExportError(
+                "SmolVLA: the vision embeddings with constant position ids differ from SmolVLM's own "
+                f"(max difference {float((got - want).abs().max()):.3g}); this transformers release computes them "
+                "another way"
+            )
+
+    def _prepare_resize(self, modeling_smolvla: Any) -> None:
+        """Record the cameras' resizes (their matrices), and check the matrix form against F.interpolate."""
+        size = self.policy.config.resize_imgs_with_padding
+        if size is None:
+            return
+        gen = torch.Generator().manual_seed(0)
+        for f in self.checkpoint.inputs:
+            if f.type != "VISUAL":
+                continue
+            img = torch.rand(1, *f.shape, generator=gen)
+            want = modeling_smolvla.resize_with_pad(img, *size, pad_value=0)
+            with mock.patch.object(modeling_smolvla, "F", self.resize):
+                self.resize.recording = True
+                try:
+                    modeling_smolvla.resize_with_pad(img, *size, pad_value=0)
+                finally:
+                    self.resize.recording = False
+                got = modeling_smolvla.resize_with_pad(img, *size, pad_value=0)
+            error = float((got - want).abs().max())
+            if got.shape != want.shape or not error < 1e-5:
+                raise ExportError(
+                    f"SmolVLA: camera {f.name}: the resize as matrix products differs from F.interpolate by "
+                    f"{error:.3g} (expected float rounding only)"
+                )
+
+    def _patches(self, height: int, width: int) -> tuple[int, int]:
+        size = self._vision_embeddings().patch_size
+        return height // size, width // size
+
+    def _tokenizer_step(self) -> Any:
+        from lerobot.processor import TokenizerProcessorStep
+
+        step = next((s for s in self.loaded.preprocessor.steps if isinstance(s, TokenizerProcessorStep)), None)
+        where = self.checkpoint.path / "policy_preprocessor.json"
+        if step is None:
+            raise ExportError(f"{where}: no tokenizer_processor step; SmolVLA's task reaches it as tokens")
+        if not step.truncation or step.padding_side not in ("right", "left"):
+            raise ExportError(
+                f"{where}: tokenizer_processor: expected truncation true and padding_side right or left, got "
+                f"truncation {step.truncation}, padding_side {step.padding_side!r}"
+            )
+        return step
+
+    def _max_length(self) -> int:
+        return int(self._tokenizer_step().max_length)
+
+    def language_inputs(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        length = self._max_length()
+        return {OBS_LANGUAGE_TOKENS: ((length,), torch.int64), OBS_LANGUAGE_MASK: ((length,), torch.bool)}
+
+    def language(self) -> dict[str, Any]:
+        from lerobot.policies.smolvla.processor_smolvla import SmolVLANewLineProcessor
+
+        from runtime.bundle.tokenizer import MAX_TASK_BYTES, tokenizer_definition
+
+        step = self._tokenizer_step()
+        return {
+            "definition": tokenizer_definition(
+                step.input_tokenizer, max_length=int(step.max_length), padding_side=step.padding_side
+            ),
+            "tokens_input": OBS_LANGUAGE_TOKENS,
+            "mask_input": OBS_LANGUAGE_MASK,
+            "max_length": int(step.max_length),
+            "append_newline": any(isinstance(s, SmolVLANewLineProcessor) for s in self.loaded.preprocessor.steps),
+            "max_task_bytes": MAX_TASK_BYTES,
+        }
+
+    def example_language(self) -> dict[str, torch.Tensor]:
+        from runtime.bundle.tokenizer import TaskTokenizer
+
+        lang = self.language()
+        tok = TaskTokenizer(
+            "(export)", max_length=lang["max_length"], append_newline=lang["append_newline"], text=lang["definition"]
+        )
+        ids, mask = tok.encode(EXAMPLE_TASK)
+        return {OBS_LANGUAGE_TOKENS: torch.from_numpy(ids), OBS_LANGUAGE_MASK: torch.from_numpy(mask)}
+
+    def noise_inputs(self) -> dict[str, tuple[int, ...]]:
+        cfg = self.policy.config
+        return {NOISE_INPUT: (int(cfg.chunk_size), int(cfg.max_action_dim))}
+
+    def predict(self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor]) -> torch.Tensor:
+        assert self.position_ids is not None, "check() computes the vision position ids before tracing"
+        with _traceable(self._vision_embeddings(), self.position_ids, self.resize):
+            out: torch.Tensor = self.policy.predict_action_chunk(batch, noise=noise[NOISE_INPUT].unsqueeze(0))
+        return out
+
+
+FAMILY = SmolvlaFamily
