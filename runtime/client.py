@@ -230,10 +230,12 @@ class PolicyClient:
         who: str = "",
         reason: str = "",
         latch: int | None = None,
+        task: str = "",
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """``control.<command>`` (start, stop, estop, release, status, dump, teleop); returns the reply body.
 
+        ``start`` may carry ``task``: the instruction a language policy follows from then on.
         ``release`` needs ``latch``: the e-stop latch it releases, as the ``control.estop`` reply or
         ``control.status`` (``estop.latch``) reported it; a newer e-stop makes the release refused.
         Refusals raise ``ControlRefusedError`` (why, e.g. a latched e-stop) or ``NoControlError``
@@ -244,6 +246,8 @@ class PolicyClient:
             body["reason"] = reason
         if latch is not None:
             body["latch"] = latch
+        if task:
+            body["task"] = task
         reply, _ = self._call(f"control.{command}", None, timeout_s, body)
         return dict(reply.body)
 

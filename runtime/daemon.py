@@ -200,12 +200,13 @@ class Daemon:
             self.streams = ObservationStreams(
                 self.config.control.streams, server.engine.manifest.observation_inputs, cpus=io_cpus
             )
+        inference = ServerInference(server, self.config.control.task)
         loop = ControlLoop(
             self.arm.bus,
             self.arm.bus.calibration,
             server.engine.manifest,
             self.config.control,
-            StreamFeed(ServerInference(server), server.engine.manifest, self.streams),
+            StreamFeed(inference, server.engine.manifest, self.streams),
             cpu=cpu,
             teleop=self.config.teleop,
         )
@@ -216,7 +217,9 @@ class Daemon:
         loop.start()
         self.loop = loop
         self.arm.source = loop
-        control = LoopControl(loop, self.config.daemon.state_path(), server.worker_thread_id, self.streams)
+        control = LoopControl(
+            loop, self.config.daemon.state_path(), server.worker_thread_id, self.streams, inference
+        )
         server.control = control
         self.teleop = control.teleop
         if self.config.teleop.leader_port:
@@ -244,12 +247,13 @@ class Daemon:
         io_cpus = (allowed - set(server.engine.info.cpus)) or allowed
         if self.config.control.streams:
             self.streams = ObservationStreams(self.config.control.streams, manifest.observation_inputs, cpus=io_cpus)
+        inference = ServerInference(server, self.config.control.task)
         link = ArmLink(
             arm=arm_cfg,
             control=self.config.control,
             teleop=self.config.teleop,
             manifest=manifest,
-            feed=StreamFeed(ServerInference(server), manifest, self.streams),
+            feed=StreamFeed(inference, manifest, self.streams),
             cpu=cpu,
             record=self.config.recording.enabled,
         )
@@ -276,7 +280,9 @@ class Daemon:
             positions,
         )
         server.arm_status = self.arm.status
-        control = LoopControl(link, self.config.daemon.state_path(), server.worker_thread_id, self.streams)
+        control = LoopControl(
+            link, self.config.daemon.state_path(), server.worker_thread_id, self.streams, inference
+        )
         server.control = control
         self.teleop = control.teleop
         if self.config.teleop.leader_port:

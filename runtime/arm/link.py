@@ -221,6 +221,7 @@ class ArmLink:
                         self._status = m["status"]
                     elif kind == "ready":
                         ready = True
+                        self.names = tuple(str(n) for n in m.get("joints", self.names))  # as the arm names them
                         self.memory = str(m.get("memory", ""))
                         log.info("arm process %d holds the arm (%s)", self.pid, self.memory)
                     elif kind in ("tick", "ev"):

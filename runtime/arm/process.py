@@ -312,7 +312,11 @@ def run(fd: int) -> int:
     loop: ControlLoop | None = None
     try:
         side = ArmSide(link, policy, control.rate_hz or manifest.control_rate_hz)
-        loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=teleop, hooks=side)
+        try:
+            loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=teleop, hooks=side)
+        except Exception as e:  # a policy for another arm: the daemon reports it and exits; nothing moved
+            link.send({"t": "failed", "error": str(e)})
+            return 1
         if init.get("record"):
             loop.episodes = side.episode  # type: ignore[assignment]
         link.send({"t": "status", "status": loop.status()})
@@ -324,6 +328,7 @@ def run(fd: int) -> int:
                 "t": "ready",
                 "pid": os.getpid(),
                 "memory": memory,
+                "joints": list(loop.names),
                 "positions": {n: s.position for n, s in monitor.last_state.items()},
             }
         )

@@ -25,6 +25,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     c.add_argument("--who", default="", help="your name, for the daemon's log")
     c.add_argument("--reason", default="", help="with estop: why (logged and shown in status)")
     c.add_argument(
+        "--task", default="", help="with start: the instruction a language policy (SmolVLA) follows from now on"
+    )
+    c.add_argument(
         "--latch",
         type=int,
         metavar="N",
@@ -87,7 +90,7 @@ def _control(args: argparse.Namespace) -> int:
                     return 1
                 latch = int(estop["latch"])
                 print(f"control release: releasing e-stop latch {latch} ({estop['reason']})")
-            body = client.control(args.command, who=args.who, reason=args.reason, latch=latch)
+            body = client.control(args.command, who=args.who, reason=args.reason, latch=latch, task=args.task)
         except ServerError as e:
             print(f"control {args.command} refused [{e.code}]: {e.message}", file=sys.stderr)
             return 1

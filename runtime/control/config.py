@@ -120,6 +120,8 @@ class ControlConfig:
     (the arm process), which the daemon's interpreter, its network I/O, inference and recording
     cannot delay; ``thread`` runs the loop as a thread of the daemon (embedding; comparisons).
     ``link_timeout_s``: the arm process holds when it hears nothing from the daemon for this long.
+    ``task``: the instruction a language policy (SmolVLA) follows until ``control start --task`` (or a
+    teleop station's episode task, at its hand-back) gives another.
     """
 
     enabled: bool = True
@@ -131,6 +133,7 @@ class ControlConfig:
     rt_priority: int = 50
     recorder_s: float = 20.0
     process: Literal["own", "thread"] = "own"
+    task: str = ""
     link_timeout_s: float = 0.5
     # The built-in demo policy's camera, as `lerobot-runtime camera` publishes it by default.
     streams: tuple[StreamConfig, ...] = (StreamConfig("observation.images.front", "ipc://camera-front.sock"),)

@@ -27,14 +27,16 @@ if TYPE_CHECKING:
 
 
 class ServerInference:
-    def __init__(self, server: PolicyServer) -> None:
+    def __init__(self, server: PolicyServer, task: str = "") -> None:
         self.server = server
+        #: the instruction every request of the loop carries (a language policy needs one)
+        self.task = task
 
     def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
-        return self.server.submit_local(inputs, on_done, reset=reset)
+        return self.server.submit_local(inputs, on_done, reset=reset, task=self.task or None)
 
     def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
-        self.server.observe_local(inputs, reset=reset)
+        self.server.observe_local(inputs, reset=reset, task=self.task or None)
 
     def failure(self) -> str | None:
         failure: str | None = getattr(self.server, "verification_failure", None)
@@ -48,9 +50,12 @@ class LoopControl:
         state_dir: Path,
         inference_thread: int = 0,
         streams: ObservationStreams | None = None,
+        inference: ServerInference | None = None,
     ) -> None:
         self.loop = loop
         self.streams = streams
+        #: where the loop's requests go: the task a start names is set there
+        self.inference = inference
         self.state_dir = state_dir
         self.inference_thread = inference_thread
         self.teleop = TeleopControl(loop)
@@ -85,6 +90,7 @@ class LoopControl:
                 field="kind",
                 request_id=request.id,
             )
+        task = self._task_for(command, request)
         try:
             loop.check(command, request.latch)
         except StaleLatch as e:
@@ -97,11 +103,39 @@ class LoopControl:
             ) from None
         except ControlRefused as e:
             raise ControlRefusedError(f"{kind}: {e}", field="kind", request_id=request.id) from None
+        if task is not None and self.inference is not None:
+            self.inference.task = task
         loop.request(command, who, request.latch)
         if command == "release":
             # Accepted means queued: an e-stop before the next tick still wins (the log says so).
             return {"accepted": True, "mode": loop.snapshot().mode.value, "latch": request.latch}
         return {"accepted": True, "mode": loop.snapshot().mode.value}
+
+    def _task_for(self, command: str, request: ControlRequest) -> str | None:
+        """The task a ``control.start`` leaves the loop with (None: unchanged), refused by name when the
+        policy follows an instruction and none is known, or when it takes none and one came."""
+        if command != "start" or self.inference is None:
+            return None
+        takes = bool(getattr(self.inference.server, "takes_task", False))
+        if request.task and not takes:
+            raise ControlRefusedError(
+                f"{request.kind} body.task: this policy takes no task (it follows no instruction)",
+                field="body.task",
+                expected="no task",
+                received=f"{len(request.task)} characters",
+                request_id=request.id,
+            )
+        task = request.task or self.inference.task
+        if takes and not task:
+            raise ControlRefusedError(
+                f"{request.kind} body.task: this policy follows an instruction and the loop has none: "
+                "control start --task TEXT, or [control] task in the config",
+                field="body.task",
+                expected="a task",
+                received="nothing",
+                request_id=request.id,
+            )
+        return task
 
     def status(self) -> dict[str, Any]:
         status = self.loop.status()
@@ -110,6 +144,8 @@ class LoopControl:
         # ... and the processes they are threads of (the loop's is the arm process, when it has one)
         status["processes"] = {"control": getattr(self.loop, "pid", 0) or os.getpid(), "inference": os.getpid()}
         status["teleop"]["session"] = self.teleop.status()
+        if self.inference is not None:
+            status["task"] = self.inference.task
         streams = self.streams
         if streams is not None:
             status["streams"] = {

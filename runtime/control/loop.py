@@ -87,6 +87,14 @@ class ArmBus(Protocol):
     def disable_torque(self) -> None: ...
 
 
+def joint_name(action: str, joints: tuple[str, ...]) -> str:
+    """The arm's joint an action name drives: itself, or LeRobot's ``<joint>.pos`` (its SO-100/SO-101
+    and Koch datasets name actions so) when the arm has that joint."""
+    if action not in joints and action.endswith(".pos") and action[: -len(".pos")] in joints:
+        return action[: -len(".pos")]
+    return action
+
+
 class ControlLoop:
     def __init__(
         self,
@@ -109,7 +117,7 @@ class ControlLoop:
         self.events = events if events is not None else EventLog()
         self.cpu = cpu
         self._clock = clock
-        self.names = tuple(manifest.action_names)
+        self.names = tuple(joint_name(n, bus.joints) for n in manifest.action_names)
         missing = [n for n in self.names if n not in bus.joints]
         if missing:
             raise ConfigError(

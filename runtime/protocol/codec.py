@@ -311,7 +311,13 @@ def _parse_request(header: Any, data: Sequence[Buffer], rid: int | None) -> Requ
 
 _CONTROL_TEXT_MAX: Final = 200
 _LATCH_MAX: Final = 2**63 - 1
-_CONTROL_KEYS: Final = {"control.estop": {"who", "reason"}, "control.release": {"who", "latch"}}
+_CONTROL_KEYS: Final = {
+    "control.estop": {"who", "reason"},
+    "control.release": {"who", "latch"},
+    "control.start": {"who", "task"},
+}
+#: a task is bounded again, by the policy's own limit, where it is used (runtime.server.tasks)
+_CONTROL_TASK_MAX: Final = 4096
 
 
 def _parse_control(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Buffer]) -> ControlRequest:
@@ -333,16 +339,17 @@ def _parse_control(rid: int, kind: str, body: dict[Any, Any], data: Sequence[Buf
     text: dict[str, str] = {}
     for key in allowed - {"latch"}:
         value = body.get(key, "")
-        if not isinstance(value, str) or len(value) > _CONTROL_TEXT_MAX:
+        most = _CONTROL_TASK_MAX if key == "task" else _CONTROL_TEXT_MAX
+        if not isinstance(value, str) or len(value) > most:
             raise BadRequestError(
-                f"{kind} body.{key}: expected a string of at most {_CONTROL_TEXT_MAX} characters, got "
+                f"{kind} body.{key}: expected a string of at most {most} characters, got "
                 f"{_type_name(value)} {_short(value)}",
                 field=f"body.{key}",
-                expected=f"string <= {_CONTROL_TEXT_MAX} chars",
+                expected=f"string <= {most} chars",
                 received=_short(value),
             )
         text[key] = value
-    return ControlRequest(rid, kind, text.get("who", ""), text.get("reason", ""), latch)
+    return ControlRequest(rid, kind, text.get("who", ""), text.get("reason", ""), latch, text.get("task", ""))
 
 
 def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> InferRequest:

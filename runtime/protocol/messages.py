@@ -91,7 +91,8 @@ class InferRequest:
 
 @dataclass(frozen=True, slots=True)
 class ControlRequest:
-    """``control.*``: ``who`` names the operator (for the log), ``reason`` goes with an e-stop,
+    """``control.*``: ``who`` names the operator (for the log), ``reason`` goes with an e-stop, ``task``
+    with a start,
     ``latch`` with a release: the e-stop latch it releases, as ``control.estop``/``control.status``
     reported it (a newer latch refuses the release)."""
 
@@ -100,6 +101,8 @@ class ControlRequest:
     who: str = ""
     reason: str = ""
     latch: int = 0
+    #: with ``control.start``: the instruction a language policy follows (empty: the loop's own)
+    task: str = ""
 
 
 @dataclass(frozen=True, slots=True)
