@@ -139,19 +139,23 @@ def write_vlm(out: str | Path, size: Size = "tiny") -> Path:
 
     import_lerobot()  # transformers' import goes through the shims there
     from transformers import PreTrainedTokenizerFast, SmolVLMConfig
-    from transformers.models.smolvlm import SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
+    from transformers.models.smolvlm import (  # type: ignore[attr-defined]  # lazily exported
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
 
     shapes = VLM_SHAPES[size]
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=train_tokenizer(),
         model_max_length=8192,
         extra_special_tokens=dict(EXTRA_SPECIAL_TOKENS),
         **SPECIAL_TOKENS,
     )
     vocab = max(len(tokenizer), int(shapes.get("vocab_size", 0)))
-    config = SmolVLMConfig(
+    config = SmolVLMConfig(  # type: ignore[no-untyped-call]
         vision_config={**shapes["vision"], "model_type": "smolvlm_vision"},
         text_config={**shapes["text"], "vocab_size": vocab, "model_type": "llama"},
         scale_factor=shapes["scale_factor"],
