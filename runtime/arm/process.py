@@ -334,6 +334,13 @@ def run(fd: int) -> int:
         )
         policy.heard()  # silence counts from here, not from before the arm was opened
         loop.start()
+        if control.rt_priority > 1:
+            # This thread shares the interpreter lock with the loop's. Were it SCHED_OTHER, a moment
+            # of it holding the lock could wait behind every busy process on its CPU while the loop
+            # waits for the lock: just below the loop, it is only ever behind the loop itself.
+            from runtime.control.clock import request_realtime
+
+            request_realtime(control.rt_priority - 1)
         return _wait(loop, side, stop)
     finally:
         if loop is not None and loop.alive:
@@ -370,7 +377,7 @@ def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
             break
         while side.dumps:
             _dump(loop, side.link, side.dumps.popleft())
-        time.sleep(0.02)
+        time.sleep(0.05)
     ok = loop.shutdown()
     if side.policy.lost() is not None:
         loop.events.flush_to_log()
