@@ -33,6 +33,10 @@ WORK = ROOT / ".mutation"
 class Scope:
     modules: tuple[str, ...]
     tests: tuple[str, ...]
+    # mutmut mutant-name globs (``runtime.server.server.xǁPolicyServerǁ_bind*``, ``*.x_name*`` for a
+    # module-level function): only the functions named here are mutated and scored, for a scope that
+    # is about a few functions of a large module. Empty: every function of ``modules``.
+    functions: tuple[str, ...] = ()
 
 
 SCOPES: dict[str, Scope] = {
@@ -62,6 +66,23 @@ SCOPES: dict[str, Scope] = {
     "calibration": Scope(("drivers/calibration.py",), ("tests/drivers/test_calibration.py",)),
     "driver-bus": Scope(("drivers/bus.py",), ("tests/drivers",)),
     "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_safety.py", "tests/control/test_parts.py")),
+    # A bundle whose files were changed after export must not load: the sha256 checks of what is read.
+    "bundle-integrity": Scope(("runtime/bundle/bundle.py",), ("tests/engine/test_bundle_integrity.py",)),
+    # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
+    # the size limit derived from the policy, and the config that sets it.
+    "server-limits": Scope(
+        ("runtime/server/server.py", "runtime/server/config.py"),
+        ("tests/server/test_socket_limits.py",),
+        (
+            "runtime.server.server.x_auto_max_message_bytes*",
+            "runtime.server.server.xǁPolicyServerǁ_bind*",
+            "runtime.server.server.xǁPolicyServerǁ_send*",
+            "runtime.server.server.xǁPolicyServerǁ_receive*",
+            "runtime.server.config.xǁServerConfigǁ__post_init__*",
+        ),
+    ),
+    # A caller gets the reply to its own request, never another's.
+    "client": Scope(("runtime/client.py",), ("tests/test_client_replies.py",)),
 }
 
 
@@ -118,7 +139,7 @@ def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None
     where = WORK / (name if rev is None else f"{name}@{rev}")
     _copy_tree(where, rev)
     # at an older revision, only the test files that existed then
-    scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t).exists()))
+    scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t).exists()), scope.functions)
     if not scope.tests:
         return {"not_run": f"none of the scope's test files exist at {rev}"}
     with (where / "pyproject.toml").open("a") as fh:
@@ -128,7 +149,7 @@ def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None
     started = time.monotonic()
     with (where / "mutmut-run.log").open("w") as log:
         subprocess.run(
-            [mutmut, "run", "--max-children", str(max_children)],
+            [mutmut, "run", "--max-children", str(max_children), *scope.functions],
             cwd=where,
             env=env,
             stdout=log,
@@ -163,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.list:
         for name, scope in SCOPES.items():
-            print(f"{name}: mutates {', '.join(scope.modules)}; runs {', '.join(scope.tests)}")
+            only = f" (only {', '.join(scope.functions)})" if scope.functions else ""
+            print(f"{name}: mutates {', '.join(scope.modules)}{only}; runs {', '.join(scope.tests)}")
         return 0
     names = args.scopes or list(SCOPES)
     unknown = [n for n in names if n not in SCOPES]
@@ -173,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = WORK / "summary.json"
     summary: dict[str, dict[str, object]] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     for name in names:
-        scope = SCOPES[name] if not args.tests else Scope(SCOPES[name].modules, tuple(args.tests))
+        scope = SCOPES[name]
+        if args.tests:
+            scope = Scope(scope.modules, tuple(args.tests), scope.functions)
         print(f"== {name}: {', '.join(scope.modules)}; tests {', '.join(scope.tests)}", flush=True)
         stats = run_scope(name, scope, args.max_children, args.rev)
         # re-read first: another run may have finished a scope meanwhile
