@@ -103,6 +103,7 @@ SCOPES: dict[str, Scope] = {
             "tests/control/test_stall.py",
             "tests/control/test_mode.py",
             "tests/control/test_plan.py",
+            "tests/control/test_plan_stall_state.py",
         ),
     ),
 }
