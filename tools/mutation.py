@@ -83,6 +83,29 @@ SCOPES: dict[str, Scope] = {
     ),
     # A caller gets the reply to its own request, never another's.
     "client": Scope(("runtime/client.py",), ("tests/test_client_replies.py",)),
+    # The daemon <-> arm process link: datagrams, drops counted, end-of-file on the peer's death.
+    "arm-wire": Scope(("runtime/arm/wire.py",), ("tests/arm/test_wire.py", "tests/arm/test_wire_link.py")),
+    # E-stop latches and the command queue. tests/control/test_controller.py also reaches them, but
+    # its fixture exports the demo bundle (about 40 s) in every mutant's run: left out.
+    "mailbox": Scope(
+        ("runtime/control/mailbox.py", "runtime/control/latch.py"),
+        ("tests/control/test_mailbox.py", "tests/control/test_latches.py"),
+    ),
+    # The loop's way to the policy: joints plus the newest frames, validated; stale or untrusted blocks.
+    "feed": Scope(("runtime/control/feed.py",), ("tests/control/test_feed.py",)),
+    # Backpressure: the bound, latest observation wins, the control loop's jobs first, close and cancel.
+    "queue": Scope(("runtime/server/queue.py",), ("tests/server/test_queue.py",)),
+    # The loop's small parts: the one-slot handoff, stall detection, the mode machine's values, the plan.
+    "control-parts": Scope(
+        tuple(f"runtime/control/{m}.py" for m in ("handoff", "stall", "mode", "plan")),
+        (
+            "tests/control/test_handoff.py",
+            "tests/control/test_stall.py",
+            "tests/control/test_mode.py",
+            "tests/control/test_plan.py",
+            "tests/control/test_plan_stall_state.py",
+        ),
+    ),
 }
 
 
