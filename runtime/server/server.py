@@ -262,10 +262,10 @@ class PolicyServer:
         sock.linger = 0
         sock.rcvhwm = RCVHWM
         sock.maxmsgsize = self.max_message_bytes
-        if needs_curve(endpoint, self.curve):
-            assert self.curve is not None
-            apply_server_curve(sock, self.curve)
         try:
+            if needs_curve(endpoint, self.curve):
+                assert self.curve is not None
+                apply_server_curve(sock, self.curve)
             if endpoint.startswith("tcp://") and endpoint.endswith((":*", ":0")):
                 port = sock.bind_to_random_port(endpoint.rsplit(":", 1)[0])
                 bound = f"{endpoint.rsplit(':', 1)[0]}:{port}"
@@ -287,6 +287,9 @@ class PolicyServer:
                     + (" (another lerobot-runtime?)" if pid != os.getpid() else "")
                 ) from e
             raise ConfigError(f"server.endpoints: cannot bind {endpoint}: {e}") from e
+        except BaseException:  # chmod, CURVE set-up: an open socket left behind would hang Context.term()
+            sock.close(0)
+            raise
         self.bound_endpoints.append(bound)
         return sock
 

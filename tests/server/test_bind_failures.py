@@ -13,14 +13,6 @@ from runtime.engine.base import Engine
 from runtime.server import PolicyServer, ServerConfig
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "PolicyServer._bind closes its new socket only on zmq.ZMQError; any other error after the socket "
-        "is made (os.chmod of the ipc socket, apply_server_curve) leaves it open, and start()'s clean-up "
-        "then waits forever in Context.term()"
-    ),
-)
 def test_a_failed_chmod_of_the_ipc_socket_is_raised_not_hung(
     engine: Engine, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

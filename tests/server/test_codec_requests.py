@@ -357,7 +357,7 @@ def test_control_requests_carry_who_and_reason() -> None:
             "control.start",
             {"reason": "x", "who": "a"},
             [],
-            ("bad_request", "control.start body: unknown key 'reason'", "body.reason", "who", "reason", 8),
+            ("bad_request", "control.start body: unknown key 'reason'", "body.reason", "task, who", "reason", 8),
         ),
         (
             "control.estop",
