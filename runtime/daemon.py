@@ -386,7 +386,7 @@ class Daemon:
             if failure:
                 self.notifier.status(f"VERIFICATION FAILED, serving no chunks until a reload: {failure}")
         if loop is not None:
-            state = (loop.snapshot().mode, loop.estop_reason, getattr(loop, "death", None))
+            state = (loop.snapshot().mode, loop.estop_reason, loop.death)
             if state != self._control_state:
                 # Mode changes and e-stops reach `systemctl status` at once, not at the next stats line.
                 self._control_state = state
@@ -396,7 +396,7 @@ class Daemon:
 
     @staticmethod
     def _control_line(loop: ControlLoop | ArmLink) -> str:
-        death = getattr(loop, "death", None)
+        death = loop.death
         if death:
             return f"ARM PROCESS DIED ({death}): the arm is unattended; restart the service"
         snap = loop.snapshot()
@@ -413,7 +413,7 @@ class Daemon:
         stalled = loop.stalled_for(now) if loop is not None else 0.0
         if loop is not None and not loop.alive and not self.should_exit:
             stalled = max(stalled, 1.0)
-        death = getattr(loop, "death", None)
+        death = loop.death if loop is not None else None
         if stalled and not self._stall_logged and death:
             self._stall_logged = True
             log.error("%s; withholding the watchdog ping", death)

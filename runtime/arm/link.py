@@ -46,7 +46,7 @@ from drivers.config import ArmConfig
 from drivers.errors import BusError
 from runtime.arm.wire import Link, LinkClosed, pack_array, unpack_array, unpack_snapshot
 from runtime.bundle.manifest import Manifest
-from runtime.control.config import ControlConfig
+from runtime.control.config import ControlConfig, control_rate
 from runtime.control.events import EventLog
 from runtime.control.feed import StreamFeed
 from runtime.control.handoff import Latest
@@ -123,7 +123,7 @@ class ArmLink:
         self.cpu = cpu
         self.record = record
         self.names = tuple(manifest.action_names)
-        self.rate_hz = control.rate_hz or manifest.control_rate_hz
+        self.rate_hz = control_rate(control, manifest.control_rate_hz)
         self.period = 1.0 / self.rate_hz
         self.events = EventLog()
         self.dump_requests: deque[str] = deque()

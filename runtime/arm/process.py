@@ -42,7 +42,7 @@ from drivers.config import ArmConfig
 from drivers.configtools import from_mapping
 from runtime.arm.wire import Link, LinkClosed, pack_array, pack_snapshot, unpack_array
 from runtime.bundle.manifest import parse_manifest
-from runtime.control.config import ControlConfig
+from runtime.control.config import ControlConfig, control_rate
 from runtime.control.feed import Blocked, OnDone
 from runtime.control.latch import Latch
 from runtime.control.loop import ControlLoop
@@ -311,7 +311,7 @@ def run(fd: int) -> int:
     policy = LinkPolicy(link, control.link_timeout_s)
     loop: ControlLoop | None = None
     try:
-        side = ArmSide(link, policy, control.rate_hz or manifest.control_rate_hz)
+        side = ArmSide(link, policy, control_rate(control, manifest.control_rate_hz))
         try:
             loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=teleop, hooks=side)
         except Exception as e:  # a policy for another arm: the daemon reports it and exits; nothing moved

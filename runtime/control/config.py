@@ -160,3 +160,8 @@ class ControlConfig:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ConfigError(f"control.streams: input {dup[0]!r} has more than one stream")
+
+
+def control_rate(config: ControlConfig, bundle_rate_hz: float) -> float:
+    """The loop's rate: ``control.rate_hz``, or the bundle's own when it is 0."""
+    return config.rate_hz or bundle_rate_hz

@@ -142,7 +142,7 @@ class LoopControl:
         # OS thread ids, to check where they really run (/proc/PID/task/TID/stat field 39)
         status["threads"] = {"control": self.loop.snapshot().native_id, "inference": self.inference_thread}
         # ... and the processes they are threads of (the loop's is the arm process, when it has one)
-        status["processes"] = {"control": getattr(self.loop, "pid", 0) or os.getpid(), "inference": os.getpid()}
+        status["processes"] = {"control": self.loop.pid, "inference": os.getpid()}
         status["teleop"]["session"] = self.teleop.status()
         if self.inference is not None:
             status["task"] = self.inference.task

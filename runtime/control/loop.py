@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import threading
 import time
@@ -45,7 +46,7 @@ from drivers.calibration import Calibration
 from drivers.errors import BusError, ServoFaultError
 from runtime.bundle.manifest import Manifest
 from runtime.control.clock import Ticker, pin_thread, request_realtime
-from runtime.control.config import ControlConfig
+from runtime.control.config import ControlConfig, control_rate
 from runtime.control.controller import ChunkResult, Controller
 from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
@@ -124,7 +125,7 @@ class ControlLoop:
                 f"the policy's action names {', '.join(missing)} are not joints of the arm "
                 f"({', '.join(bus.joints)}); the bundle was made for another arm"
             )
-        self.rate_hz = config.rate_hz or manifest.control_rate_hz
+        self.rate_hz = control_rate(config, manifest.control_rate_hz)
         self.period = 1.0 / self.rate_hz
         self.controller = Controller(
             self.names,
@@ -221,6 +222,16 @@ class ControlLoop:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def death(self) -> str | None:
+        """Why the loop's process is gone: never, for a thread of the daemon (see ArmLink.death)."""
+        return None
+
+    @property
+    def pid(self) -> int:
+        """The process the loop's thread runs in: the daemon's own."""
+        return os.getpid()
 
     def stalled_for(self, now: float) -> float:
         """Seconds since the last tick beyond five periods (0 while ticking normally)."""

@@ -53,6 +53,7 @@ class FakeLoop:
         self.mode = Mode.IDLE
         self.estop_reason: str | None = None
         self.alive = True
+        self.death: str | None = None  # an arm process gone (never, for a loop in the daemon)
         self.stalled_s = 0.0
         self.rate_hz = 30.0
         self.shutdown_ok = True
