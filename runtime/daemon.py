@@ -321,9 +321,9 @@ class Daemon:
             )
         cameras = camera_inputs(self.streams, server.engine.manifest.observation_inputs)
         features = RecordingFeatures(fps=fps, joint_names=loop.names, cameras=cameras)
-        # the encoders keep off the control loop's CPU (where there is another one to run on)
-        others = frozenset(os.sched_getaffinity(0)) - {self.config.engine.control_cpu}
-        self.recorder = EpisodeRecorder.create(self.config.recording, features, cpus=others or None)
+        cpus, why = self._encoder_cpus()
+        self.recorder = EpisodeRecorder.create(self.config.recording, features, cpus=cpus)
+        log.info("recording: the encoders run on CPU(s) %s (%s)", ",".join(map(str, sorted(cpus))), why)
         loop.episodes = EpisodeTap(self.recorder, self.streams, cameras, loop.events)
         log.info(
             "recording: episodes go to %s at %d fps (cameras: %s)",
@@ -331,6 +331,28 @@ class Daemon:
             fps,
             ", ".join(cameras) or "none",
         )
+
+    def _encoder_cpus(self) -> tuple[frozenset[int], str]:
+        """Where the encoder processes run: ``recording.encoder_cpus``, else every CPU the daemon may use
+        when the loop asks for real-time priority (``control.rt_priority``: its SCHED_FIFO thread
+        preempts a nice-10 encoder the moment it wakes, and the control CPU is otherwise idle: on 2 CPUs,
+        the encoders confined to the policy's CPU starve behind inference and drop frames), else every
+        CPU but the control loop's."""
+        allowed = frozenset(os.sched_getaffinity(0))
+        configured = frozenset(self.config.recording.encoder_cpus)
+        if configured:
+            if not configured <= allowed:
+                raise ConfigError(
+                    f"recording.encoder_cpus: expected CPUs this process may use ({sorted(allowed)}), "
+                    f"got {sorted(configured)}"
+                )
+            return configured, "recording.encoder_cpus"
+        if self.config.control.rt_priority > 0:
+            return allowed, "the control loop runs at real-time priority and preempts them"
+        others = allowed - {self.config.engine.control_cpu}
+        if not others:
+            return allowed, "no CPU but the control loop's"
+        return others, "off the control loop's CPU: control.rt_priority is 0"
 
     def main_loop(self) -> None:
         tick = self.config.daemon.tick_s

@@ -27,7 +27,9 @@ class RecordingConfig:
     each camera that may wait for its encoder before ticks are dropped; ``max_drop_rate``: the share
     of an episode's ticks that may be dropped before it is marked (``recording/drops_over_limit``)
     and logged; ``video``: the ``[recording.video]`` encoder settings (quality, key frames, presets).
-    ``encoder_delay_ms`` is for tests and benchmarks: a deliberately slow encoder."""
+    ``encoder_cpus``: the CPUs the encoder processes may run on (empty: chosen by the daemon, see
+    :meth:`runtime.daemon.Daemon._encoder_cpus`). ``encoder_delay_ms`` is for tests and benchmarks:
+    a deliberately slow encoder."""
 
     dataset_dir: str = ""
     buffer_frames: int = 1800
@@ -35,6 +37,7 @@ class RecordingConfig:
     camera_queue_frames: int = 30
     max_drop_rate: float = 0.05
     encoder_delay_ms: float = 0.0
+    encoder_cpus: tuple[int, ...] = ()
     video: VideoSettings = field(default_factory=VideoSettings)
 
     def __post_init__(self) -> None:
@@ -48,6 +51,9 @@ class RecordingConfig:
         delay = self.encoder_delay_ms
         if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:
             raise ConfigError(f"recording.encoder_delay_ms: expected >= 0 ms, got {delay!r}")
+        cpus = self.encoder_cpus
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in cpus) or len(set(cpus)) != len(cpus):
+            raise ConfigError(f"recording.encoder_cpus: expected distinct CPU numbers >= 0, got {list(cpus)}")
 
     @property
     def enabled(self) -> bool:

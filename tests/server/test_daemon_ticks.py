@@ -853,3 +853,50 @@ def test_the_server_is_given_the_graceful_timeout_or_none_when_forced(daemon: Da
     ((timeout, force),) = fake.calls
     assert timeout == 0.0 and force() is True
     daemon.force_exit = False
+
+
+def test_encoders_share_the_control_cpu_only_with_a_real_time_loop(
+    daemon: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 2 CPUs the policy's CPU is busy with inference: encoders confined there starve and drop
+    frames, so they may use the control CPU as well when the loop's SCHED_FIFO preempts them."""
+    from runtime.control.config import ControlConfig
+    from runtime.engine.config import EngineConfig
+    from runtime.errors import ConfigError
+    from runtime.recording import RecordingConfig
+
+    monkeypatch.setattr("runtime.daemon.os.sched_getaffinity", lambda pid: {0, 1, 2})
+
+    def config(rt: int, cpus: tuple[int, ...] = ()) -> DaemonConfig:
+        return dataclasses.replace(
+            daemon.config,
+            engine=EngineConfig(control_cpu=1),
+            control=ControlConfig(rt_priority=rt),
+            recording=RecordingConfig(encoder_cpus=cpus),
+        )
+
+    daemon.config = config(50)
+    cpus, why = daemon._encoder_cpus()
+    assert cpus == {0, 1, 2} and "real-time priority" in why
+    daemon.config = config(0)
+    cpus, why = daemon._encoder_cpus()
+    assert cpus == {0, 2} and "control.rt_priority is 0" in why
+    daemon.config = config(50, (2,))
+    assert daemon._encoder_cpus() == ({2}, "recording.encoder_cpus")
+    daemon.config = config(50, (2, 7))
+    with pytest.raises(ConfigError) as err:
+        daemon._encoder_cpus()
+    assert str(err.value) == "recording.encoder_cpus: expected CPUs this process may use ([0, 1, 2]), got [2, 7]"
+    monkeypatch.setattr("runtime.daemon.os.sched_getaffinity", lambda pid: {1})
+    daemon.config = config(0)
+    assert daemon._encoder_cpus() == ({1}, "no CPU but the control loop's")
+
+
+@pytest.mark.parametrize("cpus", [(-1,), (1, 1), (True,)])
+def test_recording_encoder_cpus_refuses_what_is_not_a_set_of_cpu_numbers(cpus: tuple[int, ...]) -> None:
+    from runtime.errors import ConfigError
+    from runtime.recording import RecordingConfig
+
+    with pytest.raises(ConfigError) as err:
+        RecordingConfig(encoder_cpus=cpus)
+    assert str(err.value) == f"recording.encoder_cpus: expected distinct CPU numbers >= 0, got {list(cpus)}"
