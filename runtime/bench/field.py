@@ -56,8 +56,10 @@ from runtime.bench.field_servos import (
     raw_goals,
     teleop_latency,
     to_user,
+    worst_writes,
     write_periods,
 )
+from runtime.bench.steal import StealSampler
 
 log = logging.getLogger(__name__)
 
@@ -463,6 +465,7 @@ class _Run:
         self.control_process = control_process
         self.procs = Processes()
         cpus = allowed_cpus()
+        self.cpus = list(cpus)
         self.control_cpu, self.floor_cpu = cpus[0], cpus[-1]  # the floor writer keeps off the loop's CPU
         self.capacity = round((seconds + 600) * RATE_HZ * 2)  # goal log entries each simulated servo keeps
         self.ipc = f"ipc://{workdir}/policy.sock"
@@ -553,6 +556,7 @@ class _Run:
         load_s = self.seconds if self.kill is None else self.seconds + 3600
         client = ["runtime.bench.soak", "client", f"tcp://127.0.0.1:{self.tcp_port}", str(load_s)]
         self.load = self.procs.start("infer client", [sys.executable, "-m", *client], stdout=subprocess.PIPE)
+        self.steal = StealSampler().start()
         self.t_start = time.monotonic()
         self.seen["loadavg_start"] = _loadavg()
         self.status0, self.stats0 = control.control("status"), control.stats()
@@ -572,6 +576,8 @@ class _Run:
                 next_watch = now + 5.0
             time.sleep(min(0.1, max(0.0, end - now)))
         self.t_end = time.monotonic()
+        time.sleep(0.05)  # one more steal sample past the window
+        self.steal.stop()
         self.status1, self.stats1 = control.control("status"), control.stats()
         self.seen["loadavg_end"] = _loadavg()
 
@@ -692,6 +698,12 @@ class _Run:
         r["servos"], r["daemon"], r["agreement"] = _writes(
             self.servo_log, self.status0, self.status1, flight, window, period
         )
+        servo_times, _ = self.servo_log.writes()
+        control_cpu = self.control_cpu
+        r["worst_writes"] = worst_writes(
+            servo_times, period, window, flight, lambda a, b: self.steal.ms(control_cpu, a, b)
+        )
+        r["steal"] = self.steal.report(sorted(set(self.cpus)), *window)
         r["floor"] = _floor(self.floor_log, self.floor_writer, period)
         r["teleop"] = _teleop(self.servo_log, seen, cal, window, self.status0, self.status1, period)
         r["recording"] = _recording(
@@ -1067,6 +1079,19 @@ def format_table(r: dict[str, Any]) -> str:
         f"{'met' if t['target_met'] else 'NOT met'}); leader move -> write p50 {_ms(t['move_to_write_ms']['p50'])} "
         f"p99 {_ms(t['move_to_write_ms']['p99'])} ms; {t['measured']} of {t['moves']} moves seen",
     ]
+    worst = r.get("worst_writes") or []
+    if worst:
+        steal = r.get("steal") or {}
+        lines.append(
+            "worst periods at the servos (s into the run: error ms; the loop woke late / wrote after its "
+            "deadline, ms; hypervisor steal on the control CPU around it, ms): "
+            + "; ".join(
+                f"{w['at_s']:.1f}: {w['period_error_ms']:+.2f} ({_ms(w.get('loop_woke_late_ms'))} / "
+                f"{_ms(w.get('loop_write_after_deadline_ms'))}; steal {_ms(w.get('steal_ms_around'))})"
+                for w in worst
+            )
+            + f"; steal over the run per CPU: {steal.get('per_cpu_ms')} ms"
+        )
     for line in r["daemon_realtime_threads"]:
         lines.append(f"real-time threads of the daemon: {line}")
     estop = r["estop_at_end"]

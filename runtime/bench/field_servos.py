@@ -421,3 +421,40 @@ if __name__ == "__main__":
         sys.exit(_floor(args[1], float(args[2]), int(args[3])))
     print("usage: python -m runtime.bench.field_servos serve LOG CAPACITY | floor PORT SECONDS CPU", file=sys.stderr)
     sys.exit(2)
+
+
+def worst_writes(
+    times: np.ndarray,
+    period_s: float,
+    window: tuple[float, float],
+    flight: Mapping[str, np.ndarray] | None,
+    steal: Callable[[float, float], float | None] | None,
+    n: int = 5,
+) -> list[dict[str, Any]]:
+    """The ``n`` writes whose period at the servos was furthest off, worst first: when (seconds into
+    the window), by how much, how late the loop woke and when its write left at that tick (from the
+    flight recording: ms after the deadline), and ``steal(t0, t1)`` around it (the hypervisor's)."""
+    t0, t1 = window
+    inside = times[(times >= t0) & (times <= t1)]
+    errors = period_errors_ms(inside, period_s)
+    finite = np.nonzero(np.isfinite(errors))[0]
+    # worst first; equal to the microsecond: the earlier first
+    order = finite[np.argsort(-np.round(np.abs(errors[finite]), 3), kind="stable")][:n]
+    stamps = None
+    if flight is not None and "write_ms" in flight:
+        wrote = np.isfinite(flight["write_ms"])
+        stamps = flight["t"][wrote] + (flight["write_ms"][wrote] - flight["late_ms"][wrote]) / 1e3
+        late, write = flight["late_ms"][wrote], flight["write_ms"][wrote]
+    rows: list[dict[str, Any]] = []
+    for i in order:
+        at = float(inside[i + 1])
+        row: dict[str, Any] = {"at_s": round(at - t0, 3), "period_error_ms": round(float(errors[i]), 3)}
+        if stamps is not None and len(stamps):
+            j = int(np.argmin(np.abs(stamps - at)))
+            if abs(stamps[j] - at) < period_s / 2:
+                row["loop_woke_late_ms"] = round(float(late[j]), 3)
+                row["loop_write_after_deadline_ms"] = round(float(write[j]), 3)
+        if steal is not None:
+            row["steal_ms_around"] = steal(at - 2 * period_s, at + period_s)
+        rows.append(row)
+    return rows

@@ -21,8 +21,10 @@ from runtime.bench.field_servos import (
     after_kill,
     calibration_path,
     teleop_latency,
+    worst_writes,
     write_periods,
 )
+from runtime.bench.steal import StealSampler, read_steal
 
 PERIOD = 1 / 30
 
@@ -42,6 +44,51 @@ def test_write_periods_count_missing_writes_apart_from_late_ones() -> None:
     assert r["periods"] == 6 and r["off_5ms"] == 2
     assert r["period_error_ms"]["max"] == pytest.approx(6.0, abs=1e-6)
     assert r["max_gap_ms"] == pytest.approx(3000 / 30, abs=1e-3)
+
+
+def test_worst_writes_name_the_tick_the_loop_stamped_and_the_steal_around_it() -> None:
+    stamps = np.arange(20) * PERIOD
+    stamps[10] += 0.004  # 4 ms late: +4 then -4
+    stamps[15] += 0.002
+    # the flight recording: each tick woke at t (late_ms after its deadline) and wrote write_ms after it
+    late = np.full(20, 0.1)
+    write = np.full(20, 0.3)
+    write[10] = 4.3
+    flight = {"t": stamps - 0.0002 + late / 1e3 - write / 1e3 + 0.0002, "late_ms": late, "write_ms": write}
+    seen: list[tuple[float, float]] = []
+
+    def steal(a: float, b: float) -> float:
+        seen.append((a, b))
+        return 7.0
+
+    rows = worst_writes(stamps, PERIOD, (0.0, 1.0), flight, steal, n=3)
+    assert [r["period_error_ms"] for r in rows] == pytest.approx([4.0, -4.0, 2.0], abs=1e-6)
+    assert rows[0]["at_s"] == pytest.approx(stamps[10], abs=1e-3)
+    assert rows[0]["loop_write_after_deadline_ms"] == pytest.approx(4.3) and rows[0]["loop_woke_late_ms"] == 0.1
+    assert rows[0]["steal_ms_around"] == 7.0
+    assert seen[0] == pytest.approx((stamps[10] - 2 * PERIOD, stamps[10] + PERIOD))
+    assert worst_writes(stamps, PERIOD, (0.0, 1.0), None, None, n=1) == [
+        {"at_s": pytest.approx(stamps[10], abs=1e-3), "period_error_ms": pytest.approx(4.0, abs=1e-6)}
+    ]
+
+
+def test_steal_is_read_per_cpu_and_differenced_between_samples(tmp_path: Any) -> None:
+    text = "cpu  1 2 3 4 5 6 7 90 0 0\ncpu0 1 2 3 4 5 6 7 40 0 0\ncpu1 1 2 3 4 5 6 7 50 0 0\nintr 5\n"
+    assert read_steal(text) == {0: 40, 1: 50}
+    sampler = StealSampler(path=tmp_path / "stat")
+    sampler.times = [1.0, 2.0, 3.0]
+    sampler.samples = [{0: 40}, {0: 41}, {0: 45}]
+    tick_ms = 1000 / __import__("os").sysconf("SC_CLK_TCK")
+    assert sampler.ms(0, 1.5, 2.5) == pytest.approx(5 * tick_ms)  # from the sample before to the one after
+    assert sampler.ms(0, 2.0, 2.0) == 0.0
+    assert sampler.ms(1, 1.0, 3.0) is None
+    assert StealSampler(path=tmp_path / "none").ms(0, 0.0, 1.0) is None
+    (tmp_path / "stat").write_text(text)
+    sampler = StealSampler(every_s=0.01, path=tmp_path / "stat").start()
+    time.sleep(0.05)
+    sampler.stop()
+    assert len(sampler.times) >= 2 and sampler.samples[0] == {0: 40, 1: 50}
+    assert sampler.report([0, 1], sampler.times[0], sampler.times[-1])["per_cpu_ms"] == {"0": 0.0, "1": 0.0}
 
 
 def test_teleop_latency_takes_the_first_target_and_the_first_write_that_carry_the_move() -> None:
