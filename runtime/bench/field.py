@@ -1084,10 +1084,12 @@ def format_table(r: dict[str, Any]) -> str:
         steal = r.get("steal") or {}
         lines.append(
             "worst periods at the servos (s into the run: error ms; the loop woke late / wrote after its "
-            "deadline, ms; hypervisor steal on the control CPU around it, ms): "
+            "deadline / the bytes reached the servos after that, ms; hypervisor steal on the control CPU "
+            "around it, ms): "
             + "; ".join(
                 f"{w['at_s']:.1f}: {w['period_error_ms']:+.2f} ({_ms(w.get('loop_woke_late_ms'))} / "
-                f"{_ms(w.get('loop_write_after_deadline_ms'))}; steal {_ms(w.get('steal_ms_around'))})"
+                f"{_ms(w.get('loop_write_after_deadline_ms'))} / {_ms(w.get('arrived_after_loop_stamp_ms'))}; "
+                f"steal {_ms(w.get('steal_ms_around'))})"
                 for w in worst
             )
             + f"; steal over the run per CPU: {steal.get('per_cpu_ms')} ms"

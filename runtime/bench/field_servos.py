@@ -433,7 +433,8 @@ def worst_writes(
 ) -> list[dict[str, Any]]:
     """The ``n`` writes whose period at the servos was furthest off, worst first: when (seconds into
     the window), by how much, how late the loop woke and when its write left at that tick (from the
-    flight recording: ms after the deadline), and ``steal(t0, t1)`` around it (the hypervisor's)."""
+    flight recording: ms after the deadline), how long the bytes took from there to the simulator, and
+    ``steal(t0, t1)`` around it (the hypervisor's)."""
     t0, t1 = window
     inside = times[(times >= t0) & (times <= t1)]
     errors = period_errors_ms(inside, period_s)
@@ -454,6 +455,9 @@ def worst_writes(
             if abs(stamps[j] - at) < period_s / 2:
                 row["loop_woke_late_ms"] = round(float(late[j]), 3)
                 row["loop_write_after_deadline_ms"] = round(float(write[j]), 3)
+                # the kernel's part: from the write call's return to the bytes at the simulator (a
+                # pty hands them over on a kernel worker thread, which real USB serial does not)
+                row["arrived_after_loop_stamp_ms"] = round((at - float(stamps[j])) * 1e3, 3)
         if steal is not None:
             row["steal_ms_around"] = steal(at - 2 * period_s, at + period_s)
         rows.append(row)

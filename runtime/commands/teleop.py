@@ -7,6 +7,8 @@ import json
 import logging
 import sys
 
+from runtime.teleop.config import LEAD_MS
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "ipc://policy.sock"
@@ -32,6 +34,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     t.add_argument("--who", default="", help="your name, for the daemon's log and other stations' refusals")
     t.add_argument("--task", default="teleop", help="the task text of recorded episodes")
     t.add_argument("--timeout-s", type=float, default=0.5, metavar="S", help="reply timeout in seconds (default 0.5)")
+    t.add_argument(
+        "--lead-ms",
+        type=float,
+        default=LEAD_MS,
+        metavar="MS",
+        help=f"read the leader and send this long before the loop's tick (default {LEAD_MS:g}; more on a slow network)",
+    )
     t.add_argument("--steps", type=int, default=0, help="stop after this many targets (0: until q)")
     t.set_defaults(func=_teleop)
 
@@ -51,6 +60,9 @@ def _teleop(args: argparse.Namespace) -> int:
     from runtime.teleop.station import HELP, Station
     from runtime.teleop.terminal import raw_keys, status_printer
 
+    if not 0 <= args.lead_ms <= 100:
+        print(f"teleop: --lead-ms: expected 0..100 ms, got {args.lead_ms:g}", file=sys.stderr)
+        return 2
     calibration = args.calibration or str(data_root() / "configs" / "calibration" / "so101_sim.toml")
     if args.leader_sim:
         sim = SimLeader.start(calibration, args.protocol)
@@ -66,7 +78,7 @@ def _teleop(args: argparse.Namespace) -> int:
         leader = LeaderArm.open(args.leader_port, calibration, args.protocol)
     try:
         with PolicyClient(resolve_endpoint(args.connect), timeout_s=args.timeout_s) as client:
-            station = Station(client, leader, who=args.who, task=args.task)
+            station = Station(client, leader, who=args.who, task=args.task, lead_ms=args.lead_ms)
             try:
                 station.open()
             except ServerError as e:

@@ -17,6 +17,7 @@ from typing import Any
 from drivers.errors import BusError
 from runtime.client import PolicyClient, RequestTimeoutError
 from runtime.protocol.errors import NoSessionError, ServerError
+from runtime.teleop.config import LEAD_MS
 from runtime.teleop.leader import Leader
 
 log = logging.getLogger(__name__)
@@ -59,14 +60,16 @@ class StationStatus:
         return text + (f"  | {self.message}" if self.message else "")
 
 
+
 class Station:
     """One station holding (or trying to hold) the daemon's arm."""
 
     def __init__(
-        self, client: PolicyClient, leader: Leader, *, who: str = "", task: str = "teleop", lead_ms: float = 4.0
+        self, client: PolicyClient, leader: Leader, *, who: str = "", task: str = "teleop", lead_ms: float = LEAD_MS
     ) -> None:
         """``lead_ms``: how long before the loop's tick the leader is read and the target sent (covers the
-        read and the trip); the station phase-locks to the loop with the ``next_tick_ms`` of each reply."""
+        read and the trip; a target that arrives after the tick waits a whole period for the next); the
+        station phase-locks to the loop with the ``next_tick_ms`` of each reply."""
         self.client = client
         self.lead_s = lead_ms / 1e3
         self._loop_tick_at: float | None = None

@@ -204,3 +204,19 @@ def test_raw_keys_reads_one_key_at_a_time_and_restores_the_terminal() -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+@pytest.mark.parametrize("lead", ["-1", "150", "nan"])
+def test_teleop_refuses_a_lead_outside_0_to_100_ms(lead: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.cli import main
+
+    assert main(["teleop", "--leader-sim", "--lead-ms", lead]) == 2
+    assert f"teleop: --lead-ms: expected 0..100 ms, got {float(lead):g}" in capsys.readouterr().err
+
+
+def test_a_station_leads_the_loops_tick_by_8_ms_unless_told() -> None:
+    from runtime.teleop.config import LEAD_MS
+
+    assert LEAD_MS == 8.0
+    station = Station(None, FakeLeader())  # type: ignore[arg-type]
+    assert station.lead_s == pytest.approx(0.008)

@@ -65,6 +65,7 @@ def test_worst_writes_name_the_tick_the_loop_stamped_and_the_steal_around_it() -
     assert [r["period_error_ms"] for r in rows] == pytest.approx([4.0, -4.0, 2.0], abs=1e-6)
     assert rows[0]["at_s"] == pytest.approx(stamps[10], abs=1e-3)
     assert rows[0]["loop_write_after_deadline_ms"] == pytest.approx(4.3) and rows[0]["loop_woke_late_ms"] == 0.1
+    assert rows[0]["arrived_after_loop_stamp_ms"] == pytest.approx(0.0, abs=1e-6)
     assert rows[0]["steal_ms_around"] == 7.0
     assert seen[0] == pytest.approx((stamps[10] - 2 * PERIOD, stamps[10] + PERIOD))
     assert worst_writes(stamps, PERIOD, (0.0, 1.0), None, None, n=1) == [
