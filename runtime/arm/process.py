@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gc
 import itertools
 import logging
 import os
@@ -40,6 +39,7 @@ import numpy as np
 
 from drivers.config import ArmConfig
 from drivers.configtools import from_mapping
+from runtime.arm.collector import Collector
 from runtime.arm.wire import Link, LinkClosed, pack_array, pack_snapshot, unpack_array
 from runtime.bundle.manifest import parse_manifest
 from runtime.control.config import ControlConfig, control_rate
@@ -168,6 +168,7 @@ class ArmSide:
         self._status_every = max(1, round(rate_hz * STATUS_EVERY_S))
         self._status_failed = False
         self._ticks = 0
+        self.collector = Collector(rate_hz)
 
     def before_tick(self, loop: ControlLoop) -> None:
         if self.signal_estop:
@@ -222,6 +223,7 @@ class ArmSide:
             self.shutdown_requested = True
 
     def after_tick(self, loop: ControlLoop) -> None:
+        self.collector.after_write()
         link = self.link
         if link.closed or self.policy.lost() is not None:
             return  # the daemon cannot log them now: this process's main thread does (see _wait)
@@ -239,6 +241,7 @@ class ArmSide:
         if self._ticks % self._status_every == 0:
             status = loop.status()
             status["link"] = {"dropped": link.dropped}
+            status["gc"] = self.collector.status()
             try:
                 link.send({"t": "status", "status": status})
             except (TypeError, ValueError) as e:  # a value msgpack cannot carry: say so, never stop the tick
@@ -321,8 +324,7 @@ def run(fd: int) -> int:
             loop.episodes = side.episode  # type: ignore[assignment]
         link.send({"t": "status", "status": loop.status()})
         memory = _mlockall()
-        gc.collect()
-        gc.freeze()  # what exists now is never scanned again: shorter collections in the tick
+        Collector.take_over()  # from here on only the loop's thread collects, after its writes
         link.send(
             {
                 "t": "ready",

@@ -260,5 +260,8 @@ def test_the_arm_process_holds_no_network_inference_or_video_code_and_runs_two_t
         threads = os.listdir(f"/proc/{link.pid}/task")
         assert len(threads) == 2, f"the arm process runs {len(threads)} threads"
         assert link.snapshot().native_id in {int(t) for t in threads}
+        # nothing collects garbage on its own in there: the loop's thread does, after its writes
+        wait_for(lambda: link.status().get("gc", {}).get("collections", 0) >= 1, timeout=10, what="a collection")
+        assert link.status()["gc"]["automatic"] is False
     finally:
         d.shutdown()
