@@ -257,6 +257,7 @@ def _config(
     seconds: float,
     codec: str,
     control_process: str | None,
+    encoder_delay_ms: float = 0.0,
 ) -> Path:
     streams = "".join(f"[[control.streams]]\ninput = {_q(c.input)}\nendpoint = {_q(c.endpoint)}\n\n" for c in cameras)
     rest = ", ".join(f"{k} = {v}" for k, v in REST_POSE.items())
@@ -290,6 +291,7 @@ rest_speed_deg_s = {REST_SPEED_DEG_S}
 [recording]
 dataset_dir = {_q(workdir / "dataset")}
 codec = {_q(codec)}
+encoder_delay_ms = {encoder_delay_ms:g}        # > 0: an encoder deliberately too slow
 
 [daemon]
 state_dir = {_q(workdir / "state")}
@@ -457,12 +459,14 @@ class _Run:
         codec: str,
         kill: KillCase | None,
         control_process: str | None,
+        encoder_delay_ms: float = 0.0,
     ) -> None:
         from runtime.engine.affinity import allowed_cpus
 
         self.workdir, self.bundle, self.kill = workdir, bundle, kill
         self.seconds, self.floor_s, self.codec = seconds, floor_s, codec
         self.control_process = control_process
+        self.encoder_delay_ms = encoder_delay_ms
         self.procs = Processes()
         cpus = allowed_cpus()
         self.cpus = list(cpus)
@@ -495,6 +499,7 @@ class _Run:
             self.seconds,
             self.codec,
             self.control_process,
+            self.encoder_delay_ms,
         )
         runtime_cmd = [sys.executable, "-m", "runtime", "--log-level"]
         with self.daemon_log.open("wb") as out:
@@ -664,7 +669,12 @@ class _Run:
     def report(self) -> dict[str, Any]:
         period = 1.0 / RATE_HZ
         seen, cal = self.seen, _calibration()
-        r: dict[str, Any] = {"seconds": self.seconds, "rate_hz": RATE_HZ, "kill_case": self.kill}
+        r: dict[str, Any] = {
+            "seconds": self.seconds,
+            "rate_hz": RATE_HZ,
+            "kill_case": self.kill,
+            "encoder_delay_ms": self.encoder_delay_ms,
+        }
         for key in ("daemon_exit_status", "daemon_children_left_behind"):
             if key in seen:
                 r[key] = seen[key]
@@ -754,6 +764,7 @@ def run_field_bench(
     codec: str = "auto",
     control_process: str | None = None,
     keep: str | None = None,
+    encoder_delay_ms: float = 0.0,
 ) -> dict[str, Any]:
     """Run the field workload for ``seconds`` and return the report (see the module docstring).
 
@@ -761,7 +772,8 @@ def run_field_bench(
     ``kill``: then SIGKILL the daemon while the station or the policy drives; ``floor_s``: seconds of
     the simulator's floor beside the run; ``control_process``: the daemon's ``control.process``
     (unset: its default); ``keep``: copy the run's files there at the end (config,
-    daemon log, servo logs, flight recording, dataset)."""
+    daemon log, servo logs, flight recording, dataset); ``encoder_delay_ms``: every encoder sleeps this
+    long per frame (``[recording] encoder_delay_ms``: one that cannot keep up)."""
     from runtime.bundle.demo import ensure_bundle
     from runtime.client import PolicyClient
 
@@ -769,11 +781,20 @@ def run_field_bench(
         raise ValueError(f"bench field --seconds: expected 1 <= seconds <= 3600, got {seconds:g}")
     if floor_s < 0:
         raise ValueError(f"bench field --floor-seconds: expected >= 0, got {floor_s:g}")
+    if not 0 <= encoder_delay_ms <= 1000:
+        raise ValueError(f"bench field --encoder-delay-ms: expected 0..1000 ms, got {encoder_delay_ms:g}")
     path = Path(bundle) if bundle else ensure_bundle("demo") if demo else field_bundle()
     floor_s = min(floor_s, max(0.0, seconds - FLOOR_START_S))
     with tempfile.TemporaryDirectory(prefix="lrt-bench-field-") as tmp, _signals_raise():
         run = _Run(
-            Path(tmp), path, seconds=seconds, floor_s=floor_s, codec=codec, kill=kill, control_process=control_process
+            Path(tmp),
+            path,
+            seconds=seconds,
+            floor_s=floor_s,
+            codec=codec,
+            kill=kill,
+            control_process=control_process,
+            encoder_delay_ms=encoder_delay_ms,
         )
         try:
             run.start()
@@ -1006,6 +1027,7 @@ def _recording(
         "frames_dropped": recorder.get("frames_dropped", 0),
         "overruns": recorder.get("overruns", 0),
         "episode_drop_rate": recorder.get("episode_drop_rate"),
+        "episodes_over_drop_rate": recorder.get("episodes_over_drop_rate", 0),
         "last_error": recorder.get("last_error"),
         "episodes_cut": (written.get("recording") or {}).get("episodes_cut", 0),
         "per_camera": per_camera,
@@ -1109,7 +1131,11 @@ def format_table(r: dict[str, Any]) -> str:
     )
     check = rec["dataset_check"]
     lines.append(
-        f"recording ({rec['codec']}): {rec['frames_written']} frames written; {cams}; dataset check: "
+        f"recording ({rec['codec']}"
+        + (f", every encoder slowed by {r['encoder_delay_ms']:g} ms a frame" if r.get("encoder_delay_ms") else "")
+        + f"): {rec['frames_written']} frames written; {cams}; episode drop rate "
+        f"{100 * (rec['episode_drop_rate'] or 0):.1f} %, {rec['episodes_over_drop_rate']} episode(s) over "
+        "recording.max_drop_rate; dataset check: "
         + ("OK" if check["ok"] else f"{len(check['problems'])} problems")
         + f" ({check['episodes']} episode(s), {check['frames']} frames)"
     )
@@ -1163,6 +1189,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     b.add_argument("--codec", default="auto", help="[recording] codec (default auto)")
     b.add_argument(
+        "--encoder-delay-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="make every encoder sleep this long per frame: one too slow to keep up (default 0)",
+    )
+    b.add_argument(
         "--control-process",
         choices=["own", "thread"],
         help="the daemon's control.process: the loop in the arm's own process or a thread of the daemon "
@@ -1183,6 +1216,7 @@ def _bench_field(args: argparse.Namespace) -> int:
         codec=args.codec,
         control_process=args.control_process,
         keep=args.keep,
+        encoder_delay_ms=args.encoder_delay_ms,
     )
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

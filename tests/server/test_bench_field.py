@@ -5,6 +5,7 @@ never asserted here (the machine is shared and noisy)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -208,6 +209,8 @@ def _assert_the_workload_ran(r: dict[str, Any]) -> None:
     assert rec["per_camera"]["observation.images.front"]["stream_frames_received"] > 0
     assert rec["dataset_check"]["ok"] and rec["dataset_check"]["episodes"] == 1
     assert r["load"]["infers_in_window"] > 0 and r["load"]["server_errors_in_window"] == {}
+    assert len(r["worst_writes"]) <= 5 and all("period_error_ms" in w for w in r["worst_writes"])
+    assert set(r["steal"]["per_cpu_ms"]) == {str(c) for c in sorted(os.sched_getaffinity(0))}
 
 
 def test_bench_field_runs_the_workload_and_stops_the_daemon_gracefully(
@@ -223,8 +226,13 @@ def test_bench_field_runs_the_workload_and_stops_the_daemon_gracefully(
 def test_bench_field_kill_reports_what_the_servos_got_after_it(
     capsys: pytest.CaptureFixture[str], no_new_processes: None
 ) -> None:
-    r = _run(capsys, "--kill")
+    r = _run(capsys, "--kill", "--encoder-delay-ms", "100")
     _assert_the_workload_ran(r)
+    # an encoder too slow for the camera: frames dropped, counted, the episode marked and still valid
+    rec = r["recording"]
+    assert r["encoder_delay_ms"] == 100
+    assert rec["per_camera"]["observation.images.front"]["encoder_drops"] > 0
+    assert rec["episode_drop_rate"] > 0.05 and rec["episodes_over_drop_rate"] == 1
     k = r["kill"]
     assert r["kill_case"] == "station"
     # teleop, unless the loaded machine made the arm's bus fail and the e-stop latch (then it says so)
