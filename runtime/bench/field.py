@@ -59,7 +59,7 @@ from runtime.bench.field_servos import (
     worst_writes,
     write_periods,
 )
-from runtime.bench.steal import StealSampler
+from runtime.bench.machine import PtyWorkerBoost, StealSampler
 
 log = logging.getLogger(__name__)
 
@@ -765,6 +765,7 @@ def run_field_bench(
     control_process: str | None = None,
     keep: str | None = None,
     encoder_delay_ms: float = 0.0,
+    pty_boost: bool = True,
 ) -> dict[str, Any]:
     """Run the field workload for ``seconds`` and return the report (see the module docstring).
 
@@ -773,7 +774,8 @@ def run_field_bench(
     the simulator's floor beside the run; ``control_process``: the daemon's ``control.process``
     (unset: its default); ``keep``: copy the run's files there at the end (config,
     daemon log, servo logs, flight recording, dataset); ``encoder_delay_ms``: every encoder sleeps this
-    long per frame (``[recording] encoder_delay_ms``: one that cannot keep up)."""
+    long per frame (``[recording] encoder_delay_ms``: one that cannot keep up); ``pty_boost``: the
+    kernel's pty workers at SCHED_FIFO 1 for the run (:class:`~runtime.bench.machine.PtyWorkerBoost`)."""
     from runtime.bundle.demo import ensure_bundle
     from runtime.client import PolicyClient
 
@@ -796,6 +798,7 @@ def run_field_bench(
             control_process=control_process,
             encoder_delay_ms=encoder_delay_ms,
         )
+        boost = PtyWorkerBoost().start() if pty_boost else None
         try:
             run.start()
             with PolicyClient(run.ipc, timeout_s=10.0) as control:
@@ -808,9 +811,13 @@ def run_field_bench(
             run.finish()
         finally:
             run.procs.stop_all()
+            if boost is not None:
+                boost.stop()
             if keep:
                 shutil.copytree(run.workdir, keep, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.sock"))
-        return run.report()
+        report = run.report()
+        report["pty_workers"] = boost.describe() if boost is not None else "SCHED_OTHER (--no-pty-boost)"
+        return report
 
 
 # --- the report's parts -------------------------------------------------------------------------------
@@ -1054,7 +1061,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"{r['cameras'][0]['fps']:g} fps",
         f"CPU: {r['cpu']}, {r['cpus']} CPUs; flags: {' '.join(r['cpu_flags']) or 'none of avx2/avx512'}",
         f"scheduling: loop {r['scheduling']['control_loop']} (control.process: {r['control_process']}); "
-        f"servo simulator {r['scheduling']['servo_simulator']}; machine load average {r['loadavg'][0]} -> "
+        f"servo simulator {r['scheduling']['servo_simulator']}, pty workers {r.get('pty_workers', '-')}; "
+        f"machine load average {r['loadavg'][0]} -> "
         f"{r['loadavg'][1]}",
         f"load: {r['load']['infers_per_s']:g} infers/s back to back (server infer p50 "
         f"{_ms((r['load']['server_infer_ms'] or {}).get('p50'))} ms); teleop station tracking; recording",
@@ -1201,6 +1209,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="the daemon's control.process: the loop in the arm's own process or a thread of the daemon "
         "(default: the daemon's default)",
     )
+    b.add_argument(
+        "--no-pty-boost",
+        dest="pty_boost",
+        action="store_false",
+        help="leave the kernel's pty workers at SCHED_OTHER (by default they run at SCHED_FIFO 1 for the "
+        "run, as no worker stands between a USB serial write and the wire)",
+    )
     b.add_argument("--keep", metavar="DIR", help="copy the run's files here (config, logs, servo logs, dataset)")
     b.add_argument("--json", action="store_true", help="print the report as JSON")
     b.set_defaults(func=_bench_field)
@@ -1217,6 +1232,7 @@ def _bench_field(args: argparse.Namespace) -> int:
         control_process=args.control_process,
         keep=args.keep,
         encoder_delay_ms=args.encoder_delay_ms,
+        pty_boost=args.pty_boost,
     )
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

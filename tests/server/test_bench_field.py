@@ -25,7 +25,7 @@ from runtime.bench.field_servos import (
     worst_writes,
     write_periods,
 )
-from runtime.bench.steal import StealSampler, read_steal
+from runtime.bench.machine import PtyWorkerBoost, StealSampler, read_steal
 
 PERIOD = 1 / 30
 
@@ -91,6 +91,48 @@ def test_steal_is_read_per_cpu_and_differenced_between_samples(tmp_path: Any) ->
     sampler.stop()
     assert len(sampler.times) >= 2 and sampler.samples[0] == {0: 40, 1: 50}
     assert sampler.report([0, 1], sampler.times[0], sampler.times[-1])["per_cpu_ms"] == {"0": 0.0, "1": 0.0}
+
+
+def test_pty_workers_are_raised_as_they_appear_and_restored_after(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = tmp_path / "proc"
+
+    def thread(pid: int, comm: str) -> None:
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text(comm + "\n")
+
+    thread(10, "kworker/u8:1-events_unbound")
+    thread(11, "kworker/0:1-mm_percpu_wq")  # bound to a CPU: not a pty's worker
+    thread(12, "python")
+    (proc / "self").mkdir()
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(
+        "runtime.bench.machine.os.sched_setscheduler",
+        lambda pid, policy, param: calls.append((pid, policy, param.sched_priority)),
+    )
+    boost = PtyWorkerBoost(every_s=0.01, proc=proc).start()
+    assert calls == [(10, os.SCHED_FIFO, 1)]
+    thread(13, "kworker/u8:2")
+    deadline = time.monotonic() + 2.0
+    while (13, os.SCHED_FIFO, 1) not in calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    boost.stop()
+    assert calls[-2:] == [(10, os.SCHED_OTHER, 0), (13, os.SCHED_OTHER, 0)]
+    assert boost.describe() == "SCHED_FIFO 1 (2 kworker/u threads, restored after)"
+
+
+def test_pty_workers_left_alone_without_the_right_say_so(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "5").mkdir()
+    (tmp_path / "5" / "comm").write_text("kworker/u8:0\n")
+
+    def refuse(pid: int, policy: int, param: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("runtime.bench.machine.os.sched_setscheduler", refuse)
+    boost = PtyWorkerBoost(proc=tmp_path).start()
+    boost.stop()
+    assert boost.describe() == "refused (Operation not permitted: needs CAP_SYS_NICE)" and not boost.boosted
 
 
 def test_teleop_latency_takes_the_first_target_and_the_first_write_that_carry_the_move() -> None:
