@@ -2,9 +2,8 @@
 a rest and a shutdown do to the goal the runner writes, to the mode, to the counters and to what the
 operator reads in the log.
 
-No bus, no thread, no export: a manifest made here, stand-ins for the torque switch and the policy's
-feed, and a clock the test moves. The arm has round numbers (resolution 361, one tick per degree, as in
-``test_safety.py``): ``a`` spans -90..90 degrees, ``b`` -50..50, the gripper 0..100 %. Goals may lead
+No bus, no thread, no export: the small arm of ``small_arm.py`` (a manifest made in code, stand-ins for
+the policy's feed, a clock the test moves) and a stand-in for the torque switch. Goals may lead
 the present position by 4 per tick, the step may change by 10 per tick (so the acceleration bound stays
 out of the way unless a test asks for it), a chunk's first executed step may be 10 from the present
 position, the loop runs at 10 Hz and a rest moves 2 per tick (20 per second).
@@ -20,9 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from drivers.calibration import Calibration, JointCalibration
 from drivers.errors import BusError, ServoFaultError
-from runtime.bundle.manifest import Manifest, parse_manifest
 from runtime.control.config import ControlConfig, SafetyConfig
 from runtime.control.controller import ChunkResult, Controller, Decision
 from runtime.control.events import EventLog
@@ -33,17 +30,8 @@ from runtime.control.mode import Mode, Source
 from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 
-JOINTS = ("a", "b", "gripper")
-CAL = Calibration(
-    {
-        "a": JointCalibration(id=1, range_min=90, range_max=270, resolution=361),
-        "b": JointCalibration(id=2, range_min=130, range_max=230, resolution=361),
-        "gripper": JointCalibration(id=3, range_min=0, range_max=360, mode="percent", resolution=361),
-    }
-)
-#: where the arm is unless a test moves it
-P = np.array([10.0, -5.0, 40.0])
-CHUNK = 4
+from .small_arm import CAL, CHUNK, JOINTS, Clock, Feed, P, at, manifest, rows, same
+
 SAFETY: dict[str, Any] = {
     "max_step_deg": 4.0,
     "max_step_change_deg": 10.0,
@@ -55,38 +43,6 @@ SAFETY: dict[str, Any] = {
 }
 INFO, WARNING, ERROR, CRITICAL = logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL
 RELEASE_HINT = "release with: lerobot-runtime control release"
-
-
-def manifest(*, chunk: int = CHUNK, history: int = 1, state: bool = True) -> Manifest:
-    n = len(JOINTS)
-    if state:
-        inputs = [
-            {"name": "state", "dtype": "float32", "shape": [n] if history == 1 else [history, n], "role": "state"}
-        ]
-    else:
-        inputs = [{"name": "cam", "dtype": "uint8", "shape": [2, 2, 3], "role": "image"}]
-    return parse_manifest(
-        {
-            "format": "lerobot-runtime-bundle",
-            "format_version": 1,
-            "policy": {"name": "p"},
-            "inputs": inputs,
-            "outputs": [{"name": "action", "dtype": "float32", "shape": [chunk, n], "role": "action"}],
-            "action": {"output": "action", "chunk_length": chunk, "names": list(JOINTS)},
-            "control_rate_hz": 10,
-            "observation_history": history,
-            "programs": {"CPU": {"file": "p.pte", "precision": "f32", "sha256": "0" * 64, "delegation": "full"}},
-            "test_case": {"file": "t.npz", "sha256": "0" * 64},
-        }
-    )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Torque:
@@ -103,34 +59,6 @@ class Torque:
         self.calls.append("off")
         if "off" in self.failing:
             raise BusError("torque off: no reply")
-
-
-class Feed:
-    """The policy's side: records what it is handed; ``gate`` blocks, ``gone`` is a lost daemon."""
-
-    def __init__(self) -> None:
-        self.submitted: list[tuple[np.ndarray, bool]] = []
-        self.observed: list[tuple[np.ndarray, bool]] = []
-        self.callbacks: list[Any] = []
-        self.accept = True
-        self.gate: Blocked | None = None
-        self.gone: str | None = None
-        self.blocked_at: list[float] = []
-
-    def submit(self, state: np.ndarray, on_done: Any, *, reset: bool = False) -> bool:
-        self.submitted.append((state, reset))
-        self.callbacks.append(on_done)
-        return self.accept
-
-    def observe(self, state: np.ndarray, *, reset: bool = False) -> None:
-        self.observed.append((state, reset))
-
-    def blocked(self, now: float) -> Blocked | None:
-        self.blocked_at.append(now)
-        return self.gate
-
-    def lost(self) -> str | None:
-        return self.gone
 
 
 _SAME: Any = object()
@@ -194,21 +122,6 @@ class Rig:
 
     def said(self) -> list[tuple[int, str]]:
         return [(e.level, e.text()) for e in self.c.events.drain()]
-
-
-def rows(*offsets: float, joint: int = 0, base: np.ndarray = P) -> np.ndarray:
-    """A chunk: ``base`` with joint ``joint`` moved by each offset in turn."""
-    out = np.repeat(base[None, :], len(offsets), axis=0).astype(np.float32)
-    out[:, joint] += np.asarray(offsets, dtype=np.float32)
-    return out
-
-
-def at(*, a: float = P[0], b: float = P[1], g: float = P[2]) -> np.ndarray:
-    return np.array([a, b, g])
-
-
-def same(goal: Any, expected: np.ndarray) -> bool:
-    return goal is not None and np.allclose(np.asarray(goal), expected, atol=1e-9)
 
 
 # --- made from the manifest and the config --------------------------------------------------------
@@ -1295,3 +1208,10 @@ def test_a_refusal_without_a_name_says_so() -> None:
             "(control release)",
         )
     ]
+
+
+def test_a_take_over_from_idle_with_the_stations_targets_already_coming_steps_from_where_the_arm_is() -> None:
+    r = Rig()
+    r.c.teleop.put(1, at(a=20.0), r.clock.now)  # a station streams before it asks to take over
+    d = r.command(TakeOver("st"))
+    assert same(d.requested, at(a=13.0)) and same(d.goal, at(a=13.0)) and r.c.counters["deadman_ticks"] == 0
