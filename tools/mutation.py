@@ -102,6 +102,10 @@ SCOPES: dict[str, Scope] = {
         ("runtime/control/controller.py",),
         ("tests/control/test_controller.py", "tests/control/test_controller_modes.py"),
     ),
+    # The runner: decide, write, read, ask in that order; write-time stamps; what each tick publishes
+    # and records; the shutdown sequence; a bug in the tick; status. On a stand-in bus and a clock the
+    # test moves (tests/control/test_loop.py drives the simulated servos with the demo bundle: too slow).
+    "loop": Scope(("runtime/control/loop.py",), ("tests/control/test_loop_runner.py",)),
     # The loop's small parts: the one-slot handoff, stall detection, the mode machine's values, the plan.
     "control-parts": Scope(
         tuple(f"runtime/control/{m}.py" for m in ("handoff", "stall", "mode", "plan")),

@@ -2,15 +2,18 @@
 
 Resolution 361, so one tick is one degree (as in ``test_safety.py``): ``a`` spans -90..90 degrees,
 ``b`` -50..50, the gripper 0..100 %. The manifest is made here (joints in, a chunk out); the policy's
-feed is a stand-in that records what it is handed and answers when the test says so.
+feed is a stand-in that records what it is handed and answers when the test says so; the bus is one
+that logs every read, write and torque switch on the loop's clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from drivers.bus import JointState
 from drivers.calibration import Calibration, JointCalibration
 from runtime.bundle.manifest import Manifest, parse_manifest
 from runtime.control.feed import Blocked
@@ -93,6 +96,62 @@ class Feed:
 
     def lost(self) -> str | None:
         return self.gone
+
+
+class Bus:
+    """The arm: joints at ``positions``; every read, write and torque switch logged with the clock."""
+
+    def __init__(self, clock: Clock, joints: tuple[str, ...] = JOINTS) -> None:
+        self._joints = joints
+        self.clock = clock
+        self.positions = dict(zip(joints, (float(x) for x in P), strict=True))
+        self.log: list[tuple[Any, ...]] = []
+        self.read_errors: list[BaseException] = []
+        self.write_errors: list[BaseException] = []
+        self.torque_errors: list[BaseException] = []
+        self.write_takes = 0.0
+        self.follow = False  # the joints go where they are told
+
+    @property
+    def joints(self) -> tuple[str, ...]:
+        return self._joints
+
+    def read_state(self) -> dict[str, JointState]:
+        self.log.append(("read", self.clock.now))
+        if self.read_errors:
+            raise self.read_errors.pop(0)
+        return {
+            n: JointState(
+                position=self.positions[n],
+                raw_position=i,
+                goal=0.0,
+                velocity_raw=0,
+                load_raw=0,
+                voltage_v=12.0,
+                temperature_c=30 + i,
+            )
+            for i, n in enumerate(self._joints)
+        }
+
+    def write_goals(self, goals: Mapping[str, float]) -> dict[str, float]:
+        self.log.append(("write", self.clock.now, dict(goals)))
+        if self.write_errors:
+            raise self.write_errors.pop(0)
+        self.clock.now += self.write_takes
+        if self.follow:
+            self.positions.update(goals)
+        return dict(goals)
+
+    def enable_torque(self) -> None:
+        self.log.append(("torque", "on"))
+
+    def disable_torque(self) -> None:
+        self.log.append(("torque", "off"))
+        if self.torque_errors:
+            raise self.torque_errors.pop(0)
+
+    def writes(self) -> list[dict[str, float]]:
+        return [e[2] for e in self.log if e[0] == "write"]
 
 
 def rows(*offsets: float, joint: int = 0, base: np.ndarray = P) -> np.ndarray:
