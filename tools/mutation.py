@@ -95,6 +95,17 @@ SCOPES: dict[str, Scope] = {
     "feed": Scope(("runtime/control/feed.py",), ("tests/control/test_feed.py",)),
     # Backpressure: the bound, latest observation wins, the control loop's jobs first, close and cancel.
     "queue": Scope(("runtime/server/queue.py",), ("tests/server/test_queue.py",)),
+    # The mode machine: start, stop, hold, e-stop latch and release, deadman and stall actions, rest
+    # inside the envelope, hand-over, chunks merged or refused. Its tests make their manifest in code
+    # (tests/control/test_controller.py once took the demo bundle's export, about 40 s a run).
+    "controller": Scope(
+        ("runtime/control/controller.py",),
+        ("tests/control/test_controller.py", "tests/control/test_controller_modes.py"),
+    ),
+    # The runner: decide, write, read, ask in that order; write-time stamps; what each tick publishes
+    # and records; the shutdown sequence; a bug in the tick; status. On a stand-in bus and a clock the
+    # test moves (tests/control/test_loop.py drives the simulated servos with the demo bundle: too slow).
+    "loop": Scope(("runtime/control/loop.py",), ("tests/control/test_loop_runner.py",)),
     # The loop's small parts: the one-slot handoff, stall detection, the mode machine's values, the plan.
     "control-parts": Scope(
         tuple(f"runtime/control/{m}.py" for m in ("handoff", "stall", "mode", "plan")),

@@ -244,7 +244,8 @@ class ArmSide:
             status["gc"] = self.collector.status()
             try:
                 link.send({"t": "status", "status": status})
-            except (TypeError, ValueError) as e:  # a value msgpack cannot carry: say so, never stop the tick
+            # a value msgpack cannot carry (OverflowError: an integer past 64 bits): say so, never stop the tick
+            except (TypeError, ValueError, OverflowError) as e:
                 if not self._status_failed:
                     self._status_failed = True
                     loop.events.emit(logging.ERROR, "arm: the status map could not be sent: %s", e)

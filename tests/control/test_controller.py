@@ -1,13 +1,16 @@
 """The controller alone: no thread, no bus, no clock of its own. Each step is the decision for one tick
-from the reading and the queued commands; the runner writes it. Asserted on the decisions."""
+from the reading and the queued commands; the runner writes it. Asserted on the decisions.
+
+The manifest is made here, for the simulated SO-101's joints (no export): ``tests/control/
+test_controller_modes.py`` goes through the mode machine on a smaller arm."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from drivers.calibration import Calibration
-from runtime.bundle.manifest import Manifest
+from drivers.calibration import SO101_JOINTS, Calibration
+from runtime.bundle.manifest import Manifest, parse_manifest
 from runtime.control.config import ControlConfig, SafetyConfig
 from runtime.control.controller import ChunkResult, Controller
 from runtime.control.events import EventLog
@@ -47,6 +50,28 @@ class Feed:
 
     def lost(self):  # type: ignore[no-untyped-def]
         return None
+
+
+CHUNK = 50
+
+
+@pytest.fixture
+def manifest() -> Manifest:
+    """Joints in, a chunk of CHUNK actions per joint out, at 30 Hz."""
+    n = len(SO101_JOINTS)
+    return parse_manifest(
+        {
+            "format": "lerobot-runtime-bundle",
+            "format_version": 1,
+            "policy": {"name": "p"},
+            "inputs": [{"name": "observation.state", "dtype": "float32", "shape": [n], "role": "state"}],
+            "outputs": [{"name": "action", "dtype": "float32", "shape": [CHUNK, n], "role": "action"}],
+            "action": {"output": "action", "chunk_length": CHUNK, "names": list(SO101_JOINTS)},
+            "control_rate_hz": 30,
+            "programs": {"CPU": {"file": "p.pte", "precision": "f32", "sha256": "0" * 64, "delegation": "full"}},
+            "test_case": {"file": "t.npz", "sha256": "0" * 64},
+        }
+    )
 
 
 @pytest.fixture

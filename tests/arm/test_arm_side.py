@@ -1,0 +1,644 @@
+"""The arm process's end of the link, without the process: what each message from the daemon does to
+the loop (``ArmSide._dispatch``), what the loop sends back after each tick, the policy across the link
+(``LinkPolicy``: asks and their chunks, the gate, silence taken as a loss for good), the main thread's
+wait and flight recordings, and the configuration that must come first.
+
+A socket pair of the real ``Link`` (the test holds the daemon's end), the small arm of
+``tests/control/small_arm.py`` with a loop that is built but never started, and the module's clock
+replaced by one the test moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+
+from runtime.arm import process
+from runtime.arm.process import ArmSide, LinkPolicy, _EpisodeRecord
+from runtime.arm.wire import Link, pack_array, unpack_snapshot
+from runtime.control.config import ControlConfig, SafetyConfig
+from runtime.control.feed import Blocked
+from runtime.control.latch import Latch
+from runtime.control.loop import ControlLoop
+from runtime.control.mailbox import Release, Stop, TakeOver
+from runtime.control.mode import Mode
+from tests.control.small_arm import CAL, Bus, Clock, at, manifest
+
+
+class FakeTime:
+    """``time`` as the arm process's module sees it: ``monotonic`` and ``sleep`` on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 500.0
+        self.slept = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += 1
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    t = FakeTime()
+    monkeypatch.setattr(process, "time", t)
+    return t
+
+
+@pytest.fixture
+def ends() -> Iterator[tuple[Link, Link]]:
+    """(the arm process's end, the daemon's end)."""
+    link, other = Link.pair()
+    daemon = Link(other)
+    yield link, daemon
+    link.close()
+    daemon.close()
+
+
+def got(end: Link) -> list[dict[str, Any]]:
+    return list(end.receive())
+
+
+class Rig:
+    def __init__(self, link: Link, clock: FakeTime, *, rate_hz: float = 8.0, timeout_s: float = 0.5) -> None:
+        self.policy = LinkPolicy(link, timeout_s)
+        self.side = ArmSide(link, self.policy, rate_hz)
+        config = ControlConfig(
+            rate_hz=rate_hz,
+            rt_priority=0,
+            streams=(),
+            link_timeout_s=timeout_s,
+            safety=SafetyConfig(stall_action="rest"),
+        )
+        self.loop = ControlLoop(
+            Bus(Clock()), CAL, manifest(), config, self.policy, clock=clock.monotonic, hooks=self.side
+        )
+
+    def said(self) -> list[tuple[int, str]]:
+        return [(e.level, e.text()) for e in self.loop.events.drain()]
+
+
+# --- the policy across the link ---------------------------------------------------------------------
+
+
+def test_until_the_daemon_is_heard_the_policy_is_blocked_but_not_lost(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, _ = ends
+    policy = LinkPolicy(link, 0.5)
+    assert policy.blocked(clock.now) == Blocked("daemon", "no word from the daemon yet")
+    assert policy.lost() is None and policy.timeout_s == 0.5
+
+
+def test_the_daemons_gate_blocks_or_frees_the_policy(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    policy = LinkPolicy(ends[0], 0.5)
+    policy.on_gate({"t": "gate", "blocked": None})
+    assert policy.blocked(clock.now) is None
+    policy.on_gate({"t": "gate", "blocked": ["stale:front", "stale observation stream: front", ["front"]]})
+    assert policy.blocked(clock.now) == Blocked("stale:front", "stale observation stream: front", ("front",))
+    policy.on_gate({"t": "gate"})
+    assert policy.blocked(clock.now) is None
+
+
+def test_each_ask_goes_to_the_daemon_numbered_and_its_chunk_comes_back_to_it(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    policy = LinkPolicy(link, 0.5)
+    answers: list[tuple[int, Any, Any]] = []
+    state = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    assert policy.submit(state, lambda a, e: answers.append((1, a, e)), reset=True) is True
+    assert policy.submit(state + 1, lambda a, e: answers.append((2, a, e))) is True
+    first, second = got(daemon)
+    assert first == {"t": "ask", "id": 1, "state": pack_array(state), "reset": True}
+    assert second == {"t": "ask", "id": 2, "state": pack_array(state + 1), "reset": False}
+    chunk = np.arange(6, dtype=np.float32).reshape(2, 3)
+    policy.on_chunk({"t": "chunk", "id": 2, "actions": pack_array(chunk)})
+    policy.on_chunk({"t": "chunk", "id": 2, "actions": pack_array(chunk)})  # answered already: ignored
+    policy.on_chunk({"t": "chunk", "id": 7, "error": "never asked"})
+    policy.on_chunk({"t": "chunk", "id": 1, "error": "inference failed: boom"})
+    assert [(n, e) for n, _, e in answers] == [(2, None), (1, "inference failed: boom")]
+    assert np.array_equal(answers[0][1], chunk) and answers[0][1].dtype == np.float32 and answers[1][1] is None
+
+
+def test_an_ask_the_link_cannot_carry_is_refused_and_not_kept(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    policy = LinkPolicy(link, 0.5)
+    daemon.close()
+    answers: list[Any] = []
+    assert policy.submit(np.zeros(3, dtype=np.float32), lambda a, e: answers.append(e)) is False
+    policy.on_lost("gone")
+    assert answers == []  # nothing was pending
+
+
+def test_an_observation_goes_to_the_daemon(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    policy = LinkPolicy(link, 0.5)
+    state = np.array([4.0, 5.0, 6.0], dtype=np.float32)
+    policy.observe(state, reset=True)
+    policy.observe(state)
+    assert got(daemon) == [
+        {"t": "obs", "state": pack_array(state), "reset": True},
+        {"t": "obs", "state": pack_array(state), "reset": False},
+    ]
+
+
+def test_silence_past_the_timeout_is_a_loss_for_good_and_answers_every_ask(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    policy = LinkPolicy(link, 0.5)
+    answers: list[Any] = []
+    policy.submit(np.zeros(3, dtype=np.float32), lambda a, e: answers.append((a, e)))
+    got(daemon)
+    clock.now += 0.5
+    assert policy.lost() is None and policy.blocked(clock.now) == Blocked("daemon", "no word from the daemon yet")
+    reason = "the daemon has not answered for 0.51 s (control.link_timeout_s 0.5)"
+    assert policy.blocked(clock.now + 0.01) == Blocked("lost", reason)  # the loop's time, not the module's
+    assert answers == [(None, reason)] and policy.lost() == reason
+    policy.heard()  # too late: a daemon that comes back is not trusted to drive the arm again
+    clock.now += 0.1
+    assert policy.lost() == reason and policy.blocked(clock.now) == Blocked("lost", reason)
+    assert policy.submit(np.zeros(3, dtype=np.float32), lambda a, e: None) is False
+    policy.observe(np.zeros(3, dtype=np.float32))
+    assert got(daemon) == [] and answers == [(None, reason)]
+
+
+def test_hearing_the_daemon_starts_the_silence_over(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    policy = LinkPolicy(ends[0], 0.5)
+    clock.now += 0.4
+    policy.heard()
+    clock.now += 0.4
+    assert policy.lost() is None
+    clock.now += 0.2
+    assert policy.lost() == "the daemon has not answered for 0.60 s (control.link_timeout_s 0.5)"
+
+
+def test_a_loss_answers_each_pending_ask_once(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    policy = LinkPolicy(ends[0], 0.5)
+    answers: list[Any] = []
+    for n in (1, 2):
+        policy.submit(np.zeros(3, dtype=np.float32), lambda a, e, n=n: answers.append((n, a, e)))
+    policy.on_lost("the daemon side is gone (x)")
+    policy.on_lost("again")
+    policy.on_chunk({"id": 1, "actions": pack_array(np.zeros((1, 3), dtype=np.float32))})
+    assert answers == [(1, None, "the daemon side is gone (x)"), (2, None, "the daemon side is gone (x)")]
+    assert policy.lost() == "again"
+
+
+# --- an episode's record -------------------------------------------------------------------------------
+
+
+def test_an_episode_record_is_plain_floats_for_the_daemon() -> None:
+    rec = _EpisodeRecord()
+    assert (rec.record, rec.ended, rec.status()) == (None, False, None)
+    rec.tick(1.5, np.array([1.0, 2.0]), np.array([3.0, 4.0]), None, "policy", True)
+    assert rec.record == [1.5, [1.0, 2.0], [3.0, 4.0], None, "policy", True]
+    assert all(type(x) is float for x in rec.record[1] + rec.record[2])
+    rec.tick(2.0, None, None, np.array([5.0]), "hold", False)
+    assert rec.record == [2.0, None, None, [5.0], "hold", False]
+    rec.end()
+    assert rec.ended is True
+
+
+# --- what the daemon sends ---------------------------------------------------------------------------------
+
+
+def test_every_message_from_the_daemon_reaches_the_loop(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    answers: list[Any] = []
+    r.policy.submit(np.zeros(3, dtype=np.float32), lambda a, e: answers.append(e))
+    got(daemon)
+    for m in (
+        {"t": "gate", "blocked": None},
+        {"t": "chunk", "id": 1, "error": "no chunk"},
+        {"t": "target", "seq": 3, "positions": [11, 12, 13], "at": 7},
+        {"t": "estop", "id": 4, "reason": "from the daemon", "at": 499.0},
+        {"t": "cmd", "word": "stop", "who": "op"},
+        {"t": "cmd", "word": "release", "who": "op", "latch": 4},
+        {"t": "cmd", "word": "teleop"},
+        {"t": "dump", "id": 9, "directory": "/x", "reason": "estop"},
+        {"t": "something new"},
+    ):
+        daemon.send(m)
+    r.side.before_tick(r.loop)
+    assert r.policy.blocked(clock.now) is None and answers == ["no chunk"]
+    target = r.loop.teleop.fresh(7.0)
+    assert target is not None and target.seq == 3 and target.received_at == 7.0
+    assert target.positions.dtype == np.float64 and target.positions.tolist() == [11.0, 12.0, 13.0]
+    box = r.loop.controller.mailbox
+    assert box.estop_requests() == (Latch(4, "from the daemon", 499.0),)
+    assert [box.take_command() for _ in range(4)] == [Stop("op"), Release("op", 4), TakeOver(""), None]
+    assert list(r.side.dumps) == [{"t": "dump", "id": 9, "directory": "/x", "reason": "estop"}]
+    assert r.side.shutdown_requested is False
+    daemon.send({"t": "target_clear"})
+    daemon.send({"t": "shutdown"})
+    r.side.before_tick(r.loop)
+    assert r.loop.teleop.fresh(7.0) is None and r.side.shutdown_requested is True
+
+
+def test_a_command_the_arm_does_not_know_is_refused_in_the_log(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    daemon.send({"t": "cmd", "word": "dance", "who": "op"})
+    r.side.before_tick(r.loop)
+    assert r.loop.controller.mailbox.take_command() is None
+    assert r.said() == [
+        (
+            logging.ERROR,
+            "arm: refused a command from the daemon: command: expected one of start, teleop, stop, "
+            "release, got 'dance'",
+        )
+    ]
+
+
+def test_each_message_counts_as_word_from_the_daemon(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    clock.now += 0.4
+    daemon.send({"t": "gate", "blocked": None})
+    r.side.before_tick(r.loop)
+    clock.now += 0.4
+    assert r.policy.lost() is None
+
+
+def test_the_daemon_closing_the_link_is_a_loss_logged_once(
+    ends: tuple[Link, Link], clock: FakeTime, caplog: pytest.LogCaptureFixture
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    daemon.close()
+    with caplog.at_level(logging.CRITICAL, logger="runtime.arm"):
+        r.side.before_tick(r.loop)
+        r.side.before_tick(r.loop)
+        r.side._lost(r.loop, "again")
+    reason = "the daemon side is gone (the other end closed the link)"
+    assert r.policy.lost() == reason
+    assert [(rec.levelno, rec.getMessage()) for rec in caplog.records] == [
+        (logging.CRITICAL, f"arm: {reason}; holding the last safe goal, then rest")
+    ]
+
+
+def test_after_a_loss_nothing_more_is_read_from_the_link(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    r.policy.on_lost("silent")
+    daemon.send({"t": "shutdown"})
+    r.side.before_tick(r.loop)
+    assert r.side.shutdown_requested is False
+    assert got(link) == [{"t": "shutdown"}]  # still there, unread
+
+
+def test_a_closed_link_is_not_read(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    daemon.send({"t": "shutdown"})
+    link.closed = True
+    r.side.before_tick(r.loop)
+    assert r.side.shutdown_requested is False and r.policy.lost() is None
+
+
+# --- an e-stop signal reaching both processes -------------------------------------------------------------
+
+
+def test_a_signal_latches_an_estop_once_whichever_copy_comes_first(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock, timeout_s=5.0)
+    box = r.loop.controller.mailbox
+    # this process's own signal first: the daemon's copy of it, within a second, is the same e-stop
+    r.side.signal_estop = "signal SIGUSR1"
+    daemon.send({"t": "estop", "id": 1, "reason": "signal SIGUSR1", "at": clock.now})
+    r.side.before_tick(r.loop)
+    assert [latch.reason for latch in box.estop_requests()] == ["signal SIGUSR1"] and r.side.signal_estop == ""
+    clock.now += 0.99
+    daemon.send({"t": "estop", "id": 2, "reason": "signal SIGUSR1", "at": clock.now})
+    r.side.before_tick(r.loop)
+    assert len(box.estop_requests()) == 1
+    clock.now += 0.02  # more than a second after this process latched: another signal
+    daemon.send({"t": "estop", "id": 3, "reason": "signal SIGUSR1", "at": clock.now})
+    r.side.before_tick(r.loop)
+    assert len(box.estop_requests()) == 2
+    daemon.send({"t": "estop", "id": 4, "reason": "button", "at": clock.now})  # not a signal: always latched
+    r.side.before_tick(r.loop)
+    assert len(box.estop_requests()) == 3
+
+
+def test_the_daemons_copy_of_a_signal_first_makes_this_processs_own_the_same_estop(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock, timeout_s=5.0)
+    box = r.loop.controller.mailbox
+    daemon.send({"t": "estop", "id": 1, "reason": "signal SIGUSR1", "at": clock.now})
+    r.side.before_tick(r.loop)
+    clock.now += 0.99
+    r.side.signal_estop = "signal SIGUSR1"
+    r.side.before_tick(r.loop)
+    assert len(box.estop_requests()) == 1 and r.side.signal_estop == ""
+    clock.now += 0.02
+    r.side.signal_estop = "signal SIGUSR1"
+    r.side.before_tick(r.loop)
+    assert [latch.id for latch in box.estop_requests()] == [1, 2]
+
+
+def test_a_signal_while_another_estop_is_latched_latches_its_own(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, _ = ends
+    r = Rig(link, clock)
+    r.loop.request_estop("button")
+    r.side.signal_estop = "signal SIGUSR1"
+    r.side.before_tick(r.loop)
+    assert [latch.reason for latch in r.loop.controller.mailbox.estop_requests()] == ["button", "signal SIGUSR1"]
+
+
+def test_a_signal_is_latched_even_after_the_daemon_is_lost(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, _ = ends
+    r = Rig(link, clock)
+    r.policy.on_lost("silent")
+    r.side.signal_estop = "signal SIGUSR1"
+    r.side.before_tick(r.loop)
+    assert r.loop.estop_reason == "signal SIGUSR1"
+
+
+# --- what the arm sends after each tick -------------------------------------------------------------------
+
+
+def test_each_tick_sends_its_snapshot_record_events_and_dump_requests(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock, rate_hz=30.0)  # the full status every 8 ticks (a quarter second, rounded)
+    r.loop.events.drain()
+    r.side.episode.tick(1.0, np.array([1.0]), None, None, "hold", False)
+    r.side.episode.end()
+    r.loop.events.emit(logging.WARNING, "safety: %s", "a step")
+    r.loop.dump_requests.append("estop")
+    r.side.after_tick(r.loop)
+    tick, ev, dumpreq = got(daemon)
+    assert tick["t"] == "tick" and tick["ep"] == [1.0, [1.0], None, None, "hold", False]
+    assert tick["episode_end"] is True
+    assert unpack_snapshot(tick["snap"]).scheduling == "not started"
+    assert ev == {"t": "ev", "level": logging.WARNING, "text": "safety: a step"}
+    assert dumpreq == {"t": "dumpreq", "reason": "estop"}
+    assert r.side.episode.record is None and r.side.episode.ended is False
+    assert not r.loop.dump_requests and r.loop.events.drain() == []
+    r.side.after_tick(r.loop)
+    [tick] = got(daemon)
+    assert tick == {"t": "tick", "snap": tick["snap"], "ep": None}
+    for _ in range(5):
+        r.side.after_tick(r.loop)
+    assert [m["t"] for m in got(daemon)] == ["tick"] * 5
+    r.side.after_tick(r.loop)  # the eighth
+    tick, status = got(daemon)
+    assert status["t"] == "status" and status["status"]["mode"] == "idle"
+    assert status["status"]["link"] == {"dropped": 0}
+    assert status["status"]["gc"] == r.side.collector.status()
+    assert r.side.collector._ticks == 8  # a collection slot after every write
+
+
+@pytest.mark.parametrize(("rate_hz", "every"), [(8.0, 2), (30.0, 8), (1.0, 1), (100.0, 25)])
+def test_the_full_status_goes_about_every_quarter_second(
+    ends: tuple[Link, Link], clock: FakeTime, rate_hz: float, every: int
+) -> None:
+    r = Rig(ends[0], clock, rate_hz=rate_hz)
+    assert r.side._status_every == every and r.side.collector._young_every == max(1, round(rate_hz))
+
+
+def test_nothing_is_sent_once_the_daemon_is_lost_and_the_events_stay_for_this_process(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    r.loop.events.drain()
+    r.policy.on_lost("silent")
+    r.loop.events.emit(logging.ERROR, "control: stalled")
+    r.side.after_tick(r.loop)
+    r.side.after_tick(r.loop)
+    assert got(daemon) == [] and [e.text() for e in r.loop.events.drain()] == ["control: stalled"]
+    assert r.side.collector._ticks == 2
+
+
+def test_nothing_is_sent_on_a_closed_link(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    link.closed = True
+    r.side.after_tick(r.loop)
+    link.closed = False
+    assert got(daemon) == []
+
+
+def test_a_status_map_msgpack_cannot_carry_is_reported_once_and_the_ticks_go_on(
+    ends: tuple[Link, Link], clock: FakeTime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock, rate_hz=1.0)  # the status every tick
+    r.loop.events.drain()
+    monkeypatch.setattr(r.loop, "status", lambda: {"odd": object()})
+    for _ in range(3):
+        r.side.after_tick(r.loop)
+    sent = got(daemon)
+    assert [m["t"] for m in sent] == ["tick", "tick", "ev", "tick"]  # the event goes with the next tick
+    assert sent[2] == {
+        "t": "ev",
+        "level": logging.ERROR,
+        "text": "arm: the status map could not be sent: can not serialize 'object' object",
+    }
+    assert r.loop.events.drain() == []
+
+
+def test_a_status_with_an_integer_msgpack_cannot_carry_is_reported_and_the_ticks_go_on(
+    ends: tuple[Link, Link], clock: FakeTime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = Rig(ends[0], clock, rate_hz=1.0)
+    r.loop.events.drain()
+    monkeypatch.setattr(r.loop, "status", lambda: {"big": 1 << 70})
+    r.side.after_tick(r.loop)  # OverflowError from msgpack: out of the tick, it would end the loop
+    assert [(e.level, e.text()) for e in r.loop.events.drain()] == [
+        (logging.ERROR, "arm: the status map could not be sent: Integer value out of range")
+    ]
+
+
+# --- flight recordings and the main thread's wait -----------------------------------------------------------
+
+
+def test_a_flight_recording_is_written_and_its_path_sent(
+    ends: tuple[Link, Link], clock: FakeTime, tmp_path: Path
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    process._dump(r.loop, link, {"id": 4, "directory": str(tmp_path), "reason": "estop", "extra": {"who": "op"}})
+    [reply] = got(daemon)
+    assert reply["t"] == "dumped" and reply["id"] == 4 and Path(reply["path"]).parent == tmp_path
+    from runtime.control.recorder import load_flight
+
+    meta, _ = load_flight(reply["path"])
+    assert meta["reason"] == "estop" and meta["who"] == "op"
+    process._dump(r.loop, link, {"id": 5, "directory": str(tmp_path), "reason": "x", "extra": None})
+    assert "path" in got(daemon)[0]
+
+
+def test_a_flight_recording_that_cannot_be_written_sends_the_error(
+    ends: tuple[Link, Link], clock: FakeTime, tmp_path: Path
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    process._dump(r.loop, link, {"id": 6, "directory": str(blocker / "sub"), "reason": "estop"})
+    [reply] = got(daemon)
+    assert set(reply) == {"t", "id", "error"} and reply["id"] == 6 and "Not a directory" in reply["error"]
+
+
+class WaitingLoop:
+    """What ``_wait`` reads of the loop: alive, its mode, its events, its shutdown and recorder."""
+
+    def __init__(self, mode: Mode = Mode.IDLE, alive_for: int = 1000, ok: bool = True) -> None:
+        self.mode = mode
+        self.alive_for = alive_for
+        self.ok = ok
+        self.flushed = 0
+        self.shutdowns = 0
+        self.dumped: list[str] = []
+        self.events = self
+        self.recorder = self
+
+    @property
+    def alive(self) -> bool:
+        self.alive_for -= 1
+        return self.alive_for >= 0
+
+    def snapshot(self) -> Any:
+        return type("S", (), {"mode": self.mode})()
+
+    def flush_to_log(self) -> int:
+        self.flushed += 1
+        return 0
+
+    def shutdown(self) -> bool:
+        self.shutdowns += 1
+        return self.ok
+
+    def dump(self, directory: Path, reason: str, extra: dict[str, Any]) -> Path:
+        self.dumped.append(reason)
+        return directory / reason
+
+
+def test_the_main_thread_waits_writes_recordings_and_shuts_down_on_sigterm(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    side = ArmSide(link, LinkPolicy(link, 5.0), 8.0)
+    loop = WaitingLoop()
+    stop = {"term": False}
+    side.dumps.append({"id": 1, "directory": "/d", "reason": "first"})
+    sleeps = {"n": 0}
+
+    def sleep(seconds: float) -> None:
+        assert seconds == 0.05
+        sleeps["n"] += 1
+        if sleeps["n"] == 3:
+            stop["term"] = True
+            side.dumps.append({"id": 2, "directory": "/d", "reason": "late"})
+
+    clock.sleep = sleep  # type: ignore[method-assign]
+    assert process._wait(loop, side, stop) == 0  # type: ignore[arg-type]
+    assert sleeps["n"] == 3 and loop.shutdowns == 1 and loop.dumped == ["first", "late"] and loop.flushed == 0
+    assert [m["id"] for m in got(daemon)] == [1, 2]
+
+
+def test_the_main_thread_shuts_down_when_the_daemon_asks(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    side = ArmSide(ends[0], LinkPolicy(ends[0], 5.0), 8.0)
+    side.shutdown_requested = True
+    loop = WaitingLoop(ok=False)
+    assert process._wait(loop, side, {"term": False}) == 1  # type: ignore[arg-type]
+    assert loop.shutdowns == 1 and clock.slept == 0
+
+
+def test_after_a_loss_the_main_thread_logs_and_shuts_down_once_the_arm_is_still(
+    ends: tuple[Link, Link], clock: FakeTime, caplog: pytest.LogCaptureFixture
+) -> None:
+    side = ArmSide(ends[0], LinkPolicy(ends[0], 5.0), 8.0)
+    side.policy.on_lost("silent")
+    loop = WaitingLoop(mode=Mode.RESTING)
+
+    def sleep(seconds: float) -> None:
+        clock.slept += 1
+        if clock.slept == 3:
+            loop.mode = Mode.HOLDING
+
+    clock.sleep = sleep  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="runtime.arm"):
+        assert process._wait(loop, side, {"term": False}) == 0  # type: ignore[arg-type]
+    assert clock.slept == 3 and loop.flushed == 4 + 1  # each round while lost, and after the shutdown
+    assert [r.getMessage() for r in caplog.records] == [
+        "arm: the daemon side is gone and the arm is still: shutting down"
+    ]
+
+
+def test_a_loop_that_ends_on_its_own_ends_the_wait(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    side = ArmSide(ends[0], LinkPolicy(ends[0], 5.0), 8.0)
+    loop = WaitingLoop(alive_for=2)
+    assert process._wait(loop, side, {"term": False}) == 0  # type: ignore[arg-type]
+    assert clock.slept == 2 and loop.shutdowns == 1 and loop.flushed == 0
+
+
+# --- the configuration comes first -------------------------------------------------------------------------------
+
+
+def test_the_configuration_is_the_first_message() -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        b.send(msgpack.packb({"t": "init", "control": {}, 1: "x"}, use_bin_type=True))
+        assert process._receive_init(a) == {"t": "init", "control": {}, 1: "x"}
+        assert a.gettimeout() == 30.0
+
+
+@pytest.mark.parametrize(
+    ("sent", "says"),
+    [
+        ({"t": "gate"}, "arm: expected the configuration first, got {'t': 'gate'}"),
+        ([1, 2], "arm: expected the configuration first, got [1, 2]"),
+        ({"t": "init" * 40}, "arm: expected the configuration first, got " + str({"t": "init" * 40})[:80]),
+    ],
+)
+def test_anything_else_first_ends_the_arm_process(sent: Any, says: str) -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        b.send(msgpack.packb(sent, use_bin_type=True))
+        with pytest.raises(SystemExit) as e:
+            process._receive_init(a)
+        assert str(e.value) == says
+
+
+def test_a_daemon_that_closes_before_the_configuration_ends_the_arm_process() -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a:
+        b.close()
+        with pytest.raises(SystemExit) as e:
+            process._receive_init(a)
+        assert str(e.value) == "arm: the daemon closed the link before its configuration"
+
+
+def test_a_start_from_the_daemon_runs_the_loop_on_the_chunks_it_sends(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    """The whole round: a start, the loop's ask over the link, the daemon's chunk, the goal."""
+    link, daemon = ends
+    r = Rig(link, clock)
+    loop = r.loop
+    daemon.send({"t": "gate", "blocked": None})
+    daemon.send({"t": "cmd", "word": "start", "who": "op"})
+    r.side.before_tick(loop)
+    loop._reading = loop._read()
+    loop._tick(1, 0.0)
+    assert loop.controller.mode is Mode.RUNNING
+    [ask] = [m for m in got(daemon) if m["t"] == "ask"]
+    chunk = np.repeat(at(a=11.0)[None, :], 4, axis=0).astype(np.float32)
+    daemon.send({"t": "chunk", "id": ask["id"], "actions": pack_array(chunk)})
+    r.side.before_tick(loop)
+    loop._tick(2, 0.0)
+    assert loop.bus.writes()[-1]["a"] == 11.0  # type: ignore[attr-defined]
+    assert loop.controller.mailbox.take_command() is None
