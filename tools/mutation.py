@@ -106,6 +106,43 @@ SCOPES: dict[str, Scope] = {
     # and records; the shutdown sequence; a bug in the tick; status. On a stand-in bus and a clock the
     # test moves (tests/control/test_loop.py drives the simulated servos with the demo bundle: too slow).
     "loop": Scope(("runtime/control/loop.py",), ("tests/control/test_loop_runner.py",)),
+    # The daemon <-> arm process link above the wire: each message either side handles, the policy
+    # across the link (asks, chunks, the gate, silence as a loss), e-stop numbering, checks, requests,
+    # flight recordings, the arm process's death, status. A socketpair Link, no process: starting,
+    # the hand-shake and stopping the arm process are left to tests/arm/test_faults.py.
+    "arm-link": Scope(
+        ("runtime/arm/link.py", "runtime/arm/process.py"),
+        ("tests/arm/test_arm_link.py", "tests/arm/test_arm_side.py"),
+        (
+            "runtime.arm.link.xǁTeleopInboxǁ*",
+            "runtime.arm.link.xǁ_FlightRecorderǁ*",
+            *(
+                f"runtime.arm.link.xǁArmLinkǁ{m}*"
+                for m in (
+                    "__init__",
+                    "send",
+                    "_run",
+                    "_send_gate",
+                    "_dispatch",
+                    "_died",
+                    "snapshot",
+                    "stalled_for",
+                    "request",
+                    "check",
+                    "dump",
+                    "status",
+                )
+            ),
+            "runtime.arm.link.x__arr*",
+            "runtime.arm.link.x__exit_words*",
+            "runtime.arm.process.xǁLinkPolicyǁ*",
+            "runtime.arm.process.xǁ_EpisodeRecordǁ*",
+            "runtime.arm.process.xǁArmSideǁ*",
+            "runtime.arm.process.x__dump*",
+            "runtime.arm.process.x__wait*",
+            "runtime.arm.process.x__receive_init*",
+        ),
+    ),
     # The loop's small parts: the one-slot handoff, stall detection, the mode machine's values, the plan.
     "control-parts": Scope(
         tuple(f"runtime/control/{m}.py" for m in ("handoff", "stall", "mode", "plan")),

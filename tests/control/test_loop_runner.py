@@ -102,7 +102,7 @@ class Rig:
         self.feed = Feed()
         self.script = Script(ticks, actions)
         self.config = ControlConfig(
-            rate_hz=rate_hz, rt_priority=0, streams=(), recorder_s=10.0, safety=SafetyConfig(**{**SAFETY, **safety})
+            rate_hz=rate_hz, rt_priority=0, streams=(), recorder_s=20.0, safety=SafetyConfig(**{**SAFETY, **safety})
         )
         self.loop = ControlLoop(
             self.bus,
@@ -163,7 +163,7 @@ def test_the_rate_is_the_configs_or_the_bundles() -> None:
     assert (r.loop.rate_hz, r.loop.period, r.loop.controller.period) == (10.0, 0.1, 0.1)
     r = Rig()
     assert (r.loop.rate_hz, r.loop.period, r.loop.controller.period) == (8.0, PERIOD, PERIOD)
-    assert r.loop.recorder.capacity == 80 and r.loop._writes.capacity == 80  # 10 s of each
+    assert r.loop.recorder.capacity == 160 and r.loop._writes.capacity == 80  # 20 s of ticks, 10 s of writes
     assert r.loop._ticker.period == PERIOD
 
 
@@ -255,20 +255,20 @@ def test_every_write_is_stamped_when_it_completed_and_the_period_between_writes_
     r = Rig(4, {1: start})
 
     def slow(loop: ControlLoop) -> None:
-        r.bus.write_takes = 0.004
+        r.bus.write_takes = 0.007
 
     r.script.actions[3] = slow
     r.bus.write_takes = 0.001
     loop = r.run()
     stamps, errors = loop.write_times()
-    assert stamps == pytest.approx([100.126, 100.251, 100.379, 100.504])
-    assert np.isnan(errors[0]) and errors[1:] == pytest.approx([0.0, 3.0, 0.0], abs=1e-6)
+    assert stamps == pytest.approx([100.126, 100.251, 100.382, 100.507])
+    assert np.isnan(errors[0]) and errors[1:] == pytest.approx([0.0, 6.0, 0.0], abs=1e-6)
     rec = r.rec()
-    assert rec["write_ms"] == pytest.approx([1.0, 1.0, 4.0, 4.0], abs=1e-6)
-    assert np.isnan(rec["write_err_ms"][0]) and rec["write_err_ms"][1:] == pytest.approx([0.0, 3.0, 0.0], abs=1e-6)
+    assert rec["write_ms"] == pytest.approx([1.0, 1.0, 7.0, 7.0], abs=1e-6)
+    assert np.isnan(rec["write_err_ms"][0]) and rec["write_err_ms"][1:] == pytest.approx([0.0, 6.0, 0.0], abs=1e-6)
     snap = loop.snapshot()
-    assert snap.last_write_at == pytest.approx(100.504) and snap.last_write_error_ms == pytest.approx(0.0, abs=1e-6)
-    assert (snap.write_periods, snap.writes_off) == (3, 0)
+    assert snap.last_write_at == pytest.approx(100.507) and snap.last_write_error_ms == pytest.approx(0.0, abs=1e-6)
+    assert (snap.write_periods, snap.writes_off) == (3, 1)  # the 6 ms one is more than 5 ms off
     assert loop.controller.counters["writes"] == 4
 
 
@@ -317,11 +317,12 @@ def test_what_each_tick_records() -> None:
 
 
 def test_the_clamp_bits_are_recorded_only_for_a_request() -> None:
-    r = Rig(2, {1: start})
+    r = Rig(3, {1: start, 3: lambda loop: loop.request("stop", "op")})
     r.script.actions[2] = lambda loop: r.feed.callbacks[-1](rows(1.0, 9.0, 9.0, 9.0), None)
     r.run()
     rec = r.rec()
-    assert rec["clamps"].tolist() == [[0, 0, 0], [2, 0, 0]]  # tick 2: a asked 9 ahead, the step bound
+    # tick 2: a asked 9 ahead, the step bound; tick 3 holds: no request, no bits (not tick 2's again)
+    assert rec["clamps"].tolist() == [[0, 0, 0], [2, 0, 0], [0, 0, 0]]
 
 
 def test_a_late_wake_is_recorded_and_a_whole_missed_period_counted_as_an_overrun() -> None:
@@ -355,6 +356,7 @@ def test_a_servo_fault_keeps_the_last_good_reading_for_the_next_tick() -> None:
     r.run()
     c = r.loop.controller
     assert c.counters["servo_faults"] == 1 and c.mode is Mode.ESTOPPED
+    assert c.latch is not None and c.latch.reason == f"servo fault: {fault}"
     assert r.rec()["present"][2].tolist() == list(P)  # tick 3 decided from the last good reading
     assert goals(r)[-1] == list(P)  # and held there
     assert r.loop.snapshot().arm_error == "" and c.arm_error == ""  # the read after tick 3 answered
@@ -430,6 +432,8 @@ def test_the_episode_tap_gets_each_tick_and_the_end_at_shutdown() -> None:
     assert [t[4] for t in tap.ticks] == ["hold", "policy", "teleop", "hold"]
     assert [t[5] for t in tap.ticks] == [False, False, True, False]
     assert tap.ticks[0][3] is None and tap.ticks[1][3].tolist() == list(at(a=12.0))
+    assert [t[1].tolist() for t in tap.ticks] == [list(P)] * 4  # the reading each tick decided from
+    assert tap.ticks[1][2].tolist() == list(at(a=12.0))  # the goal written, not the priming hold
     assert tap.ticks[3][2].tolist() == list(P)  # the stop's hold, written this tick
     assert tap.ended == 1
 
@@ -541,6 +545,7 @@ def test_a_bug_before_any_reading_writes_nothing() -> None:
     r.loop.controller.step = lambda *a: (_ for _ in ()).throw(RuntimeError("boom"))  # type: ignore[method-assign]
     loop = r.run()
     assert r.bus.writes() == [] and loop.shutdown_ok is False
+    assert loop.snapshot().at == 0.0  # no tick ran to its end
 
 
 def test_the_loops_thread_runs_requests_and_shuts_down(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -634,6 +639,7 @@ def test_status_reports_the_newest_snapshot_with_figures_computed_off_the_tick()
         },
     )
     r.bus.write_takes = 0.001
+    r.bus.positions["b"] = -5.254  # status rounds to 0.01
     loop = r.run()
     r.feed.gate = Blocked("stale:front", "stale observation stream: front", ("front",))
     status = loop.status()
@@ -668,7 +674,7 @@ def test_status_reports_the_newest_snapshot_with_figures_computed_off_the_tick()
         "arm": {
             "healthy": True,
             "error": "",
-            "positions": {"a": 10.0, "b": -5.0, "gripper": 40.0},
+            "positions": {"a": 10.0, "b": -5.25, "gripper": 40.0},  # b is -5.254
             "temperatures_c": {"a": 30, "b": 31, "gripper": 32},
         },
         "cpus_seen": {str(cpu): n for cpu, n in loop.snapshot().cpu_seen.items()},
@@ -697,8 +703,11 @@ def test_status_jitter_is_over_the_last_ten_seconds_of_ticks() -> None:
 
     def after(loop: ControlLoop) -> None:
         original_after(loop)
-        if loop._ticker.tick in (1, 85):
-            r.clock.now += 0.135  # ticks 2 and 86 wake 10 ms late: only the second is in the window
+        k = loop._ticker.tick
+        if k == 9:
+            r.clock.now += 0.145  # tick 10 wakes 20 ms late: out of the last 80 ticks (10 s) at tick 90
+        elif k == 85:
+            r.clock.now += 0.135  # tick 86 wakes 10 ms late
 
     r.script.after_tick = after  # type: ignore[method-assign]
     loop = r.run()
@@ -736,3 +745,53 @@ def test_release_and_start_through_the_loop_after_an_estop() -> None:
     loop = r.run()
     assert [s.mode for s in r.script.snaps] == [Mode.RUNNING, Mode.ESTOPPED, Mode.HOLDING, Mode.HOLDING]
     assert same(loop.controller.hold_goal, P)
+
+
+def test_status_jitter_percentiles_are_of_how_late_the_ticks_woke() -> None:
+    r = Rig(80, {1: start})
+    original_after = r.script.after_tick
+
+    def after(loop: ControlLoop) -> None:
+        original_after(loop)
+        if loop._ticker.tick % 2:
+            r.clock.now += 0.135  # every even tick wakes 10 ms late
+
+    r.script.after_tick = after  # type: ignore[method-assign]
+    jitter = r.run().status()["jitter_ms"]
+    assert jitter == {"p50": pytest.approx(5.0), "p99": pytest.approx(10.0), "max": pytest.approx(10.0)}
+
+
+def test_the_events_go_to_the_log_given() -> None:
+    from runtime.control.events import EventLog
+
+    events = EventLog()
+    clock = Clock()
+    config = ControlConfig(rate_hz=8.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
+    loop = ControlLoop(Bus(clock), CAL, manifest(), config, Feed(), clock=clock, events=events)
+    assert loop.events is events and loop.controller.events is events
+
+
+def test_requests_and_checks_without_a_name_or_a_latch() -> None:
+    loop = Rig().loop
+    loop.request("stop")
+    loop.request("release")
+    assert loop.controller.mailbox.take_command() == Stop("")
+    assert loop.controller.mailbox.take_command() == Release("", 0)
+    loop.request_estop("button")
+    with pytest.raises(ControlRefused, match="names e-stop latch 0"):
+        loop.check("release")
+
+
+def test_each_tick_publishes_the_latch_in_effect() -> None:
+    r = Rig(3, {1: start, 2: lambda loop: loop.request_estop("button")})
+    r.run()
+    assert [s.latch for s in r.script.snaps] == [None, r.loop.controller.latch, r.loop.controller.latch]
+    assert r.script.snaps[1].latch is not None and r.script.snaps[1].latch.reason == "button"
+    assert [s.latches_taken for s in r.script.snaps] == [0, 1, 1]
+
+
+def test_a_stall_holds_the_last_goal_written_even_where_the_arm_lags() -> None:
+    r = Rig(5, {1: start})
+    r.script.actions[2] = lambda loop: r.feed.callbacks[-1](rows(1.0, 2.0, 3.0, 4.0), None)
+    r.run()  # the arm does not follow: goals 12, 13, 14, then nothing due
+    assert [g[0] for g in goals(r)] == [10.0, 12.0, 13.0, 14.0, 14.0]

@@ -1,0 +1,625 @@
+"""The daemon's end of the link, without the arm process: what each message from the arm does
+(``ArmLink._dispatch``), the gate, the e-stops it numbers and sends, the checks and requests it
+answers for the handlers, a flight recording asked for, the arm process's death, and status.
+
+The test holds the arm process's end of a real ``Link`` socket pair; the process itself is a stand-in
+that only says how it ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from drivers.config import ArmConfig
+from runtime.arm import link as link_module
+from runtime.arm.link import ArmLink, _arr, _exit_words
+from runtime.arm.wire import Link, pack_array, pack_snapshot, unpack_array
+from runtime.control.config import ControlConfig
+from runtime.control.feed import Blocked
+from runtime.control.latch import ControlRefused, Latch, StaleLatch
+from runtime.control.mailbox import Release, Shutdown, Start, Stop, TakeOver
+from runtime.control.mode import Mode
+from runtime.control.snapshot import Snapshot
+from runtime.teleop.config import TeleopConfig
+from tests.control.small_arm import JOINTS, manifest
+
+
+class Feed:
+    """The daemon's StreamFeed as the link uses it."""
+
+    def __init__(self) -> None:
+        self.gate: Blocked | None = None
+        self.fails: str | None = None
+        self.accept = True
+        self.blocked_at: list[float] = []
+        self.submitted: list[tuple[np.ndarray, Any, bool]] = []
+        self.observed: list[tuple[np.ndarray, bool]] = []
+
+    def blocked(self, now: float) -> Blocked | None:
+        self.blocked_at.append(now)
+        if self.fails:
+            raise RuntimeError(self.fails)
+        return self.gate
+
+    def submit(self, state: np.ndarray, on_done: Any, *, reset: bool = False) -> bool:
+        self.submitted.append((state, on_done, reset))
+        return self.accept
+
+    def observe(self, state: np.ndarray, *, reset: bool = False) -> None:
+        self.observed.append((state, reset))
+
+
+class Proc:
+    """The arm process as far as the link waits for it."""
+
+    def __init__(self, code: int | None = 0) -> None:
+        self.pid = 4242
+        self.code = code
+        self.waited: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.waited.append(timeout if timeout is not None else -1)
+        if self.code is None:
+            raise subprocess.TimeoutExpired("arm", timeout or 0)
+        return self.code
+
+
+class Episodes:
+    def __init__(self) -> None:
+        self.ticks: list[tuple[Any, ...]] = []
+        self.ended = 0
+
+    def tick(self, *args: Any) -> None:
+        self.ticks.append(args)
+
+    def end(self) -> None:
+        self.ended += 1
+
+    def status(self) -> dict[str, Any]:
+        return {"episode": 3}
+
+
+@pytest.fixture
+def rig() -> Iterator[tuple[ArmLink, Link, Feed]]:
+    """(the daemon's ArmLink, the arm process's end of the link, the feed)."""
+    feed = Feed()
+    arm = ArmLink(
+        arm=ArmConfig(),
+        control=ControlConfig(rate_hz=8.0, rt_priority=0, streams=()),
+        teleop=TeleopConfig(),
+        manifest=manifest(),
+        feed=feed,  # type: ignore[arg-type]
+        cpu=None,
+    )
+    ours, other = Link.pair()
+    theirs = Link(other)
+    arm._link = ours
+    yield arm, theirs, feed
+    ours.close()
+    theirs.close()
+
+
+def got(end: Link) -> list[dict[str, Any]]:
+    return list(end.receive())
+
+
+def snap(**fields: Any) -> dict[str, Any]:
+    return pack_snapshot(Snapshot(**fields))
+
+
+# --- made, and sending -------------------------------------------------------------------------------
+
+
+def test_a_new_link_has_no_process_and_the_loops_figures() -> None:
+    arm = ArmLink(
+        arm=ArmConfig(),
+        control=ControlConfig(rate_hz=0.0, rt_priority=0, streams=()),
+        teleop=TeleopConfig(deadman_ms=150.0),
+        manifest=manifest(),
+        feed=Feed(),  # type: ignore[arg-type]
+        cpu=1,
+        record=True,
+    )
+    assert (arm.names, arm.rate_hz, arm.period, arm.cpu, arm.record) == (JOINTS, 10.0, 0.1, 1, True)
+    assert (arm.pid, arm.memory, arm.link_dropped, arm.episodes) == (0, "", 0, None)
+    assert arm.alive is False and arm.death is None and arm.estop is None and arm.estop_reason is None
+    assert arm.snapshot().scheduling == "not started" and arm.stalled_for(1e9) == 0.0
+    assert arm.teleop.config.deadman_ms == 150.0 and arm.teleop.received == 0 and arm.teleop.out_of_order == 0
+    assert arm.send({"t": "gate"}) is False  # no link yet
+    assert arm.shutdown() is True  # nothing was started
+
+
+def test_a_message_the_link_cannot_carry_now_is_counted(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, _ = rig
+    assert arm.send({"t": "gate", "blocked": None}) is True and got(theirs) == [{"t": "gate", "blocked": None}]
+    pad = {"t": "x", "pad": b"x" * 60_000}
+    while arm.send(pad):
+        pass
+    assert arm.link_dropped == 1
+    arm.send(pad)
+    assert arm.link_dropped == 2
+
+
+def test_nothing_is_sent_to_a_dead_arm_process(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, _ = rig
+    arm._dead = "the arm process died (killed by SIGKILL)"
+    assert arm.send({"t": "gate"}) is False and got(theirs) == [] and arm.link_dropped == 0
+
+
+# --- the station's targets ------------------------------------------------------------------------------------
+
+
+def test_targets_are_forwarded_in_order_and_older_ones_dropped(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, _ = rig
+    inbox = arm.teleop
+    assert inbox.put(2, np.array([1, 2, 3]), 7.5) is True
+    assert inbox.put(2, np.array([1, 2, 3]), 7.6) is False and inbox.put(1, np.array([1, 2, 3]), 7.7) is False
+    assert inbox.put(3, np.array([4.0, 5.0, 6.0]), 7.8) is True
+    assert (inbox.received, inbox.out_of_order) == (2, 2)
+    sent = got(theirs)
+    assert sent == [
+        {"t": "target", "seq": 2, "positions": [1.0, 2.0, 3.0], "at": 7.5},
+        {"t": "target", "seq": 3, "positions": [4.0, 5.0, 6.0], "at": 7.8},
+    ]
+    assert all(type(x) is float for x in sent[0]["positions"])
+    inbox.clear()  # a new session starts from nothing: its first target may have any number
+    assert got(theirs) == [{"t": "target_clear"}]
+    assert inbox.put(1, np.array([0.0, 0.0, 0.0]), 8.0) is True
+
+
+def test_the_hand_over_phase_is_the_arms(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dispatch({"t": "tick", "snap": snap(teleop_phase="handover", mode=Mode.TELEOP)})
+    assert arm.teleop.phase == "handover"
+
+
+# --- the gate -------------------------------------------------------------------------------------------------------
+
+
+def test_the_gate_says_whether_the_policy_may_be_asked(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, feed = rig
+    arm._send_gate(12.5)
+    feed.gate = Blocked("stale:front", "stale observation stream: front", ("front",))
+    arm._send_gate(13.0)
+    feed.fails = "boom"
+    arm._send_gate(13.5)
+    assert feed.blocked_at == [12.5, 13.0, 13.5]
+    assert got(theirs) == [
+        {"t": "gate", "blocked": None},
+        {"t": "gate", "blocked": ["stale:front", "stale observation stream: front", ["front"]]},
+        {"t": "gate", "blocked": ["untrusted", "the policy check failed: boom", []]},
+    ]
+
+
+# --- what the arm process sends ----------------------------------------------------------------------------
+
+
+def test_a_tick_is_the_newest_snapshot_and_drops_the_estops_it_has_taken(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, _ = rig
+    first, second, third = (arm.request_estop(r) for r in ("one", "two", "three"))
+    got(theirs)
+    arm._dispatch({"t": "tick", "snap": snap(tick=5, latches_taken=2, mode=Mode.ESTOPPED, latch=second)})
+    assert arm.snapshot().tick == 5 and list(arm._pending_estops) == [third]
+    assert arm.estop == third  # requested, not taken yet: newer than the one in effect
+    arm._dispatch({"t": "tick", "snap": snap(tick=6, latches_taken=3, latch=third)})
+    assert list(arm._pending_estops) == [] and arm.estop == third and arm.estop_reason == "three"
+    assert first.id == 1
+
+
+def test_a_tick_carries_the_episode_record_and_its_end(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.0, [1.0], [2.0], None, "hold", False]})  # no tap: ignored
+    tap = Episodes()
+    arm.episodes = tap
+    arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.5, [1.0, 2.0], [3.0, 4.0], None, "policy", True]})
+    arm._dispatch({"t": "tick", "snap": snap(), "ep": None, "episode_end": True})
+    [(now, present, goal, requested, source, intervention)] = tap.ticks
+    assert (now, requested, source, intervention) == (1.5, None, "policy", True)
+    assert present.dtype == np.float64 and present.tolist() == [1.0, 2.0] and goal.tolist() == [3.0, 4.0]
+    assert tap.ended == 1
+    arm._dispatch({"t": "tick", "snap": snap(), "ep": None, "episode_end": False})
+    assert tap.ended == 1 and len(tap.ticks) == 1
+
+
+def test_an_ask_goes_to_the_feed_and_its_answer_back_to_the_arm(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, feed = rig
+    state = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    arm._dispatch({"t": "ask", "id": 7, "state": pack_array(state), "reset": 1})
+    [(got_state, done, reset)] = feed.submitted
+    assert np.array_equal(got_state, state) and got_state.dtype == np.float32 and reset is True
+    done(np.ones((2, 3), dtype=np.float64), None)
+    done(None, "inference failed: boom")
+    done(None, None)
+    replies = got(theirs)
+    assert replies[0]["t"] == "chunk" and replies[0]["id"] == 7 and set(replies[0]) == {"t", "id", "actions"}
+    actions = unpack_array(replies[0]["actions"])
+    assert actions.dtype == np.float32 and actions.tolist() == [[1.0] * 3] * 2
+    assert replies[1:] == [
+        {"t": "chunk", "id": 7, "error": "inference failed: boom"},
+        {"t": "chunk", "id": 7, "error": "no chunk"},
+    ]
+    feed.accept = False
+    arm._dispatch({"t": "ask", "id": 8, "state": pack_array(state), "reset": False})
+    assert feed.submitted[-1][2] is False
+    assert got(theirs) == [{"t": "chunk", "id": 8, "error": "the server is not taking work"}]
+
+
+def test_an_observation_goes_to_the_feed(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, feed = rig
+    state = np.array([4.0, 5.0, 6.0], dtype=np.float32)
+    arm._dispatch({"t": "obs", "state": pack_array(state), "reset": 0})
+    [(got_state, reset)] = feed.observed
+    assert got_state.tolist() == [4.0, 5.0, 6.0] and reset is False
+
+
+def test_the_arms_events_status_and_requests_land_on_the_daemons_side(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dispatch({"t": "ev", "level": logging.WARNING, "text": "safety: a 100% step"})
+    arm._dispatch({"t": "status", "status": {"rate_hz": 8.0}})
+    arm._dispatch({"t": "dumpreq", "reason": "estop"})
+    arm._dispatch({"t": "bye", "ok": 1})
+    arm._dispatch({"t": "something new"})
+    [event] = arm.events.drain()
+    assert (event.level, event.text()) == (logging.WARNING, "safety: a 100% step")
+    assert arm._status == {"rate_hz": 8.0} and list(arm.dump_requests) == ["estop"] and arm._bye is True
+    arm._dispatch({"t": "bye", "ok": 0})
+    assert arm._bye is False
+
+
+# --- the arm process's death ---------------------------------------------------------------------------------
+
+
+def test_the_arm_process_dying_is_critical_and_wakes_whoever_waits_for_a_recording(
+    rig: tuple[ArmLink, Link, Feed],
+) -> None:
+    arm, _, _ = rig
+    arm._proc = Proc(-signal.SIGKILL)  # type: ignore[assignment]
+    arm._thread = threading.current_thread()
+    assert arm.alive is True
+    waiting = threading.Event()
+    arm._dumps[1] = (waiting, [])
+    arm._died()
+    dead = "the arm process died (killed by SIGKILL)"
+    assert arm.death == dead and arm.alive is False and waiting.is_set() and arm._proc.waited == [2]  # type: ignore[attr-defined]
+    [event] = arm.events.drain()
+    assert (event.level, event.text()) == (
+        logging.CRITICAL,
+        f"{dead}: the arm is unattended (its servos keep their last goal); nothing restarts it: check the arm, "
+        "then restart the service",
+    )
+    assert arm.snapshot().arm_error == dead
+
+
+def test_the_arm_process_ending_at_shutdown_is_no_alarm(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._proc = Proc(0)  # type: ignore[assignment]
+    arm._closing = True
+    arm._died()
+    assert arm.death == "the arm process ended (exit status 0)" and arm.events.drain() == []
+
+
+def test_an_arm_process_that_does_not_say_how_it_ended_is_still_running_as_far_as_known(
+    rig: tuple[ArmLink, Link, Feed],
+) -> None:
+    arm, _, _ = rig
+    arm._proc = Proc(None)  # type: ignore[assignment]
+    arm._died()
+    assert arm.death == "the arm process died (still running)"
+    arm._proc = None
+    arm._died()
+    assert arm.death == "the arm process died (still running)"
+
+
+def test_alive_needs_the_process_and_the_links_thread(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._proc = Proc()  # type: ignore[assignment]
+    assert arm.alive is False
+    arm._thread = threading.current_thread()
+    arm._proc = None
+    assert arm.alive is False
+
+
+def test_a_stalled_arm_process_is_seen_only_while_it_is_alive(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dispatch({"t": "tick", "snap": snap(tick=3, at=100.0)})
+    assert arm.stalled_for(101.0) == 0.0
+    arm._proc, arm._thread = Proc(), threading.current_thread()  # type: ignore[assignment]
+    assert arm.stalled_for(100.5) == 0.0 and arm.stalled_for(101.0) == pytest.approx(1.0)  # 5 periods: 0.625 s
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (None, "still running"),
+        (0, "exit status 0"),
+        (3, "exit status 3"),
+        (-signal.SIGKILL, "killed by SIGKILL"),
+        (-signal.SIGSEGV, "killed by SIGSEGV"),
+        (-200, "killed by signal 200"),
+    ],
+)
+def test_how_a_process_ended_in_words(code: int | None, words: str) -> None:
+    assert _exit_words(code) == words
+
+
+def test_lists_from_the_arm_become_float_arrays() -> None:
+    assert _arr(None) is None
+    a = _arr([1, 2])
+    assert a is not None and a.dtype == np.float64 and a.tolist() == [1.0, 2.0]
+
+
+# --- e-stops, checks and requests ----------------------------------------------------------------------------
+
+
+def test_an_estop_is_numbered_sent_and_in_effect_at_once(
+    rig: tuple[ArmLink, Link, Feed], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arm, theirs, _ = rig
+    monkeypatch.setattr(link_module.time, "monotonic", lambda: 321.0)
+    latch = arm.request_estop("button")
+    assert latch == Latch(1, "button", 321.0) and arm.estop == latch and arm.estop_reason == "button"
+    assert got(theirs) == [{"t": "estop", "id": 1, "reason": "button", "at": 321.0}]
+    assert arm.request_estop("again").id == 2
+
+
+def test_an_estop_is_numbered_after_every_latch_the_arm_has_given_out(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    # the arm latched faults of its own: numbers 1..4 are taken, 3 is the one in effect
+    arm._dispatch({"t": "tick", "snap": snap(latches_taken=4, latch=Latch(3, "servo fault", 1.0))})
+    assert arm.request_estop("button").id == 5 and arm.request_estop("again").id == 6
+    arm._dispatch({"t": "tick", "snap": snap(latches_taken=0, latch=Latch(9, "fault", 1.0))})
+    assert arm.request_estop("third").id == 10
+
+
+def test_the_handlers_checks_are_the_loops_on_the_arms_snapshot(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, feed = rig
+    feed.gate = Blocked("untrusted", "policy not trusted: x")
+    with pytest.raises(ControlRefused, match=r"^policy not trusted: x$"):
+        arm.check("start")
+    arm.check("teleop")
+    arm.check("stop")
+    assert len(feed.blocked_at) == 1
+    arm._dispatch({"t": "tick", "snap": snap(arm_error="no reply from servo 2")})
+    with pytest.raises(ControlRefused, match=r"^the arm is failing: no reply from servo 2$"):
+        arm.check("teleop")
+    latch = arm.request_estop("button")
+    with pytest.raises(StaleLatch):
+        arm.check("release", latch.id + 1)
+    with pytest.raises(StaleLatch):
+        arm.check("release")
+    arm.check("release", latch.id)
+
+
+def test_a_dead_arm_process_refuses_everything_but_a_release(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dead = "the arm process died (exit status 1)"
+    for command in ("start", "teleop", "stop"):
+        with pytest.raises(ControlRefused) as e:
+            arm.check(command)
+        assert str(e.value) == "the arm is unattended: the arm process died (exit status 1)"
+    with pytest.raises(ControlRefused, match=r"^no e-stop is latched$"):
+        arm.check("release")
+
+
+def test_requests_are_sent_as_words(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, theirs, _ = rig
+    arm.request("start", "op")
+    arm.request("release", "op", 4)
+    arm.request(Start("st"))
+    arm.request(Release("st", 2), "ignored", 9)
+    arm.request(TakeOver("st"), latch=5)
+    arm.request(Stop())
+    arm.request(Shutdown())
+    assert got(theirs) == [
+        {"t": "cmd", "word": "start", "who": "op", "latch": 0},
+        {"t": "cmd", "word": "release", "who": "op", "latch": 4},
+        {"t": "cmd", "word": "start", "who": "st", "latch": 0},
+        {"t": "cmd", "word": "release", "who": "st", "latch": 2},
+        {"t": "cmd", "word": "teleop", "who": "st", "latch": 5},
+        {"t": "cmd", "word": "stop", "who": "", "latch": 0},
+        {"t": "shutdown"},
+    ]
+
+
+# --- a flight recording asked for -------------------------------------------------------------------------------
+
+
+def _answer(arm: ArmLink, theirs: Link, reply: dict[str, Any]) -> threading.Thread:
+    def go() -> None:
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            for m in theirs.receive():
+                if m.get("t") == "dump":
+                    arm._dispatch({"t": "dumped", "id": m["id"], **reply})
+                    return
+            time.sleep(0.005)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_recording_asked_for_is_written_by_the_arm_process(rig: tuple[ArmLink, Link, Feed], tmp_path: Path) -> None:
+    arm, theirs, _ = rig
+    t = _answer(arm, theirs, {"path": str(tmp_path / "flight.npz")})
+    assert arm.recorder.dump(tmp_path, "estop", {"who": "op"}) == tmp_path / "flight.npz"
+    t.join(5)
+    assert arm._dumps == {}
+
+
+def test_a_recording_the_arm_process_could_not_write_raises_its_error(
+    rig: tuple[ArmLink, Link, Feed], tmp_path: Path
+) -> None:
+    arm, theirs, _ = rig
+    t = _answer(arm, theirs, {"error": "disk full"})
+    with pytest.raises(OSError, match=r"^disk full$"):
+        arm.dump(tmp_path, "estop", {})
+    t.join(5)
+    assert arm._dumps == {}
+
+
+def test_the_request_for_a_recording_carries_what_to_write(rig: tuple[ArmLink, Link, Feed], tmp_path: Path) -> None:
+    arm, theirs, _ = rig
+    seen: list[dict[str, Any]] = []
+
+    def go() -> None:
+        end = time.monotonic() + 5
+        while time.monotonic() < end and not seen:
+            seen.extend(theirs.receive())
+            time.sleep(0.005)
+        arm._dispatch({"t": "dumped", "id": seen[0]["id"], "path": "/p"})
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    arm.recorder.dump(tmp_path, "stall rest")
+    t.join(5)
+    assert seen == [{"t": "dump", "id": 1, "directory": str(tmp_path), "reason": "stall rest", "extra": {}}]
+
+
+def test_a_recording_the_arm_process_does_not_answer_is_an_error_after_the_timeout(
+    rig: tuple[ArmLink, Link, Feed], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arm, _, _ = rig
+    monkeypatch.setattr(link_module, "DUMP_TIMEOUT_S", 0.05)
+    with pytest.raises(OSError, match=r"^the arm process did not write it within 0.05 s$"):
+        arm.dump(tmp_path, "estop", {})
+    assert arm._dumps == {}
+
+
+def test_a_recording_is_not_asked_of_an_arm_process_out_of_reach(
+    rig: tuple[ArmLink, Link, Feed], tmp_path: Path
+) -> None:
+    arm, _, _ = rig
+    pad = {"t": "x", "pad": b"x" * 60_000}
+    while arm.send(pad):
+        pass
+    with pytest.raises(OSError, match=r"^the arm process is not reachable \(link full\)$"):
+        arm.dump(tmp_path, "estop", {})
+    arm._dead = "the arm process died (exit status 1)"
+    with pytest.raises(OSError, match=r"^the arm process is not reachable \(the arm process died \(exit status 1\)\)$"):
+        arm.dump(tmp_path, "estop", {})
+    assert arm._dumps == {}
+
+
+def test_an_arm_process_that_dies_while_writing_a_recording_names_its_death(
+    rig: tuple[ArmLink, Link, Feed], tmp_path: Path
+) -> None:
+    arm, _, _ = rig
+    arm._proc = Proc(1)  # type: ignore[assignment]
+
+    def die() -> None:
+        end = time.monotonic() + 5
+        while time.monotonic() < end and not arm._dumps:
+            time.sleep(0.005)
+        arm._died()
+
+    t = threading.Thread(target=die, daemon=True)
+    t.start()
+    started = time.monotonic()
+    with pytest.raises(OSError, match=r"^the arm process died \(exit status 1\)$"):
+        arm.dump(tmp_path, "estop", {})
+    assert time.monotonic() - started < 5
+    t.join(5)
+
+
+# --- status --------------------------------------------------------------------------------------------------
+
+
+def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, feed = rig
+    arm.pid, arm.memory = 4242, "memory locked"
+    arm._dispatch(
+        {
+            "t": "status",
+            "status": {"mode": "idle", "tick": 1, "teleop": {"phase": "", "targets": 0}, "arm": {"healthy": True}},
+        }
+    )
+    arm._dispatch({"t": "tick", "snap": snap(tick=9, mode=Mode.TELEOP, queue_depth=3)})
+    arm.teleop.put(1, np.zeros(3), 1.0)
+    arm.teleop.put(1, np.zeros(3), 1.0)
+    feed.gate = Blocked("stale:front", "stale observation stream: front", ("front",))
+    arm.episodes = Episodes()
+    arm.link_dropped = 2
+    status = arm.status()
+    assert status == {
+        "mode": "teleop",
+        "source": "teleop",
+        "tick": 9,
+        "queue_depth": 3,
+        "estop": {"latched": False, "reason": "", "latch": 0},
+        "recording": {"episode": 3},
+        "teleop": {"phase": "", "targets": 1, "out_of_order": 1},
+        "arm": {"healthy": True},
+        "stale_streams": ["front"],
+        "blocked": "stale observation stream: front",
+        "process": {
+            "kind": "own",
+            "pid": 4242,
+            "alive": True,
+            "death": "",
+            "memory": "memory locked",
+            "link_dropped": 2,
+        },
+    }
+    assert arm._status["teleop"] == {"phase": "", "targets": 0}  # the arm's map is copied, not changed
+
+
+def test_status_of_a_dead_arm_process_says_so(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dispatch({"t": "status", "status": {"arm": {"healthy": True, "positions": {"a": 1.0}}}})
+    arm.request_estop("button")
+    arm._dead = "the arm process died (killed by SIGKILL)"
+    status = arm.status()
+    assert status["arm"] == {"healthy": False, "error": arm._dead, "positions": {"a": 1.0}}
+    assert status["process"]["alive"] is False and status["process"]["death"] == arm._dead
+    assert status["estop"] == {"latched": True, "reason": "button", "latch": 1}
+    assert status["recording"] is None and status["stale_streams"] == [] and status["blocked"] == ""
+    assert status["teleop"] == {"targets": 0, "out_of_order": 0}
+
+
+def test_status_without_the_arms_map_yet_still_says_what_the_daemon_knows(rig: tuple[ArmLink, Link, Feed]) -> None:
+    arm, _, _ = rig
+    arm._dead = "the arm process died (exit status 1)"
+    status = arm.status()
+    assert status["arm"] == {"healthy": False, "error": "the arm process died (exit status 1)"}
+    assert status["mode"] == "idle" and status["tick"] == 0
+
+
+# --- the link's thread ---------------------------------------------------------------------------------------
+
+
+def test_the_links_thread_sends_the_gate_reads_the_arm_and_sees_it_die(
+    rig: tuple[ArmLink, Link, Feed], caplog: pytest.LogCaptureFixture
+) -> None:
+    arm, theirs, _ = rig
+    arm._proc = Proc(-signal.SIGKILL)  # type: ignore[assignment]
+    thread = threading.Thread(target=arm._run, daemon=True)
+    arm._thread = thread
+    thread.start()
+    end = time.monotonic() + 5
+    gates: list[dict[str, Any]] = []
+    while len(gates) < 3 and time.monotonic() < end:
+        gates.extend(m for m in theirs.receive() if m["t"] == "gate")
+        time.sleep(0.005)
+    assert len(gates) >= 3  # every GATE_EVERY_S: the arm's sign that the daemon is alive
+    with caplog.at_level(logging.ERROR, logger="runtime.arm.link"):
+        theirs.send({"t": "tick", "snap": {"broken": True}})  # a bug in handling one message
+        theirs.send({"t": "status", "status": {"after": "the bug"}})
+        while arm._status != {"after": "the bug"} and time.monotonic() < end:
+            time.sleep(0.005)
+    assert arm._status == {"after": "the bug"} and thread.is_alive()
+    assert [r.getMessage() for r in caplog.records] == ["arm link: a message from the arm process failed: tick"]
+    theirs.close()
+    thread.join(5)
+    assert not thread.is_alive() and arm.death == "the arm process died (killed by SIGKILL)"
+    assert arm._link is not None and arm._link.closed
