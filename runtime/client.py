@@ -199,6 +199,11 @@ class PolicyClient:
         *,
         reset: bool = False,
         task: str | None = None,
+        prefix: np.ndarray | None = None,
+        delay: int | None = None,
+        execution_horizon: int | None = None,
+        prefix_attention_schedule: str | None = None,
+        max_guidance_weight: float | None = None,
         timeout_s: float | None = None,
     ) -> ActionChunk:
         """Send one observation (arrays exactly as ``hello`` lists the inputs), get its action chunk.
@@ -206,12 +211,28 @@ class PolicyClient:
         ``reset``: the observation starts a new episode; a policy with observation history forgets
         this client's earlier frames. ``task``: the instruction, for a language policy (``hello``'s
         ``takes_task``; it needs one with every observation, and other policies refuse one).
+
+        Real-time chunking (``hello``'s ``takes_prefix``; other policies refuse these): ``prefix``,
+        the previous chunk's actions not yet executed, ``[steps, joints]`` in the action's joint order
+        and units (sent as float32), and ``delay``, how many of them the robot executes while this
+        chunk is computed; the new chunk then starts by continuing them. The guidance settings default
+        to the bundle's (``hello``'s ``prefix_defaults``).
         """
         body: dict[str, Any] = {}
         if reset:
             body["reset"] = True
         if task is not None:
             body["task"] = task
+        if prefix is not None:
+            body["prefix"] = np.ascontiguousarray(prefix, dtype=np.float32)
+        for key, value in (
+            ("delay", delay),
+            ("execution_horizon", execution_horizon),
+            ("prefix_attention_schedule", prefix_attention_schedule),
+            ("max_guidance_weight", max_guidance_weight),
+        ):
+            if value is not None:
+                body[key] = value
         reply, rtt_ms = self._call("infer", observation, timeout_s, body or None)
         return actions_from_reply(reply, rtt_ms)
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.arm_monitor import ArmMonitor
 from runtime.config import DaemonConfig, load_config
+from runtime.control.config import rtc_in_effect
 from runtime.control.feed import StreamFeed
 from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.loop import ControlLoop
@@ -200,7 +201,7 @@ class Daemon:
             self.streams = ObservationStreams(
                 self.config.control.streams, server.engine.manifest.observation_inputs, cpus=io_cpus
             )
-        inference = ServerInference(server, self.config.control.task)
+        inference = ServerInference(server, self.config.control.task, self.config.control.rtc)
         loop = ControlLoop(
             self.arm.bus,
             self.arm.bus.calibration,
@@ -241,13 +242,14 @@ class Daemon:
             self.arm.sim = sim
             arm_cfg = replace(arm_cfg, kind=arm_cfg.sim_protocol, port=sim.simulator.port)
         manifest = server.engine.manifest
+        rtc_in_effect(self.config.control, manifest)  # a [control.rtc] the bundle cannot follow: refused here
         allowed = set(os.sched_getaffinity(0))
         control_cpu = self.config.engine.control_cpu
         cpu = control_cpu if control_cpu in allowed else None
         io_cpus = (allowed - set(server.engine.info.cpus)) or allowed
         if self.config.control.streams:
             self.streams = ObservationStreams(self.config.control.streams, manifest.observation_inputs, cpus=io_cpus)
-        inference = ServerInference(server, self.config.control.task)
+        inference = ServerInference(server, self.config.control.task, self.config.control.rtc)
         link = ArmLink(
             arm=arm_cfg,
             control=self.config.control,

@@ -7,8 +7,9 @@ From then on one thread of the daemon (``lerobot-runtime-arm-link``) carries the
 - in: each tick's snapshot (kept as the newest, read by status, the handlers, the arm monitor and
   metrics), the tick's episode record (handed to the daemon's episode tap, which adds the camera
   frames: they never pass through the arm process), the loop's events (logged by the daemon), the
-  loop's requests for a chunk (the camera parts are added here by the :class:`StreamFeed` and the
-  inference worker answers over the link), and its full status map a few times a second;
+  loop's requests for a chunk (with real-time chunking, the plan's leftover and the delay; the camera
+  parts are added here by the :class:`StreamFeed` and the inference worker answers over the link),
+  and its full status map a few times a second;
 - out: the gate (whether the policy may be asked: streams fresh, self-check passed), sent every
   ``GATE_EVERY_S``, which is also the arm process's sign that the daemon is alive.
 
@@ -48,7 +49,7 @@ from runtime.arm.wire import Link, LinkClosed, pack_array, unpack_array, unpack_
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, control_rate
 from runtime.control.events import EventLog
-from runtime.control.feed import StreamFeed
+from runtime.control.feed import Prefix, StreamFeed
 from runtime.control.handoff import Latest
 from runtime.control.latch import ControlRefused, Latch, estop_status
 from runtime.control.mailbox import Command, Release, Shutdown, check_command, newest_latch, word
@@ -303,7 +304,9 @@ class ArmLink:
                     reply["error"] = error or "no chunk"
                 self.send(reply)
 
-            if not self.feed.submit(unpack_array(m["state"]), done, reset=bool(m["reset"])):
+            raw = m.get("prefix")
+            prefix = Prefix(unpack_array(raw), int(m["delay"])) if raw is not None else None
+            if not self.feed.submit(unpack_array(m["state"]), done, reset=bool(m["reset"]), prefix=prefix):
                 done(None, "the server is not taking work")
         elif kind == "obs":
             self.feed.observe(unpack_array(m["state"]), reset=bool(m["reset"]))

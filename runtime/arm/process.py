@@ -43,7 +43,7 @@ from runtime.arm.collector import Collector
 from runtime.arm.wire import Link, LinkClosed, pack_array, pack_snapshot, unpack_array
 from runtime.bundle.manifest import parse_manifest
 from runtime.control.config import ControlConfig, control_rate
-from runtime.control.feed import Blocked, OnDone
+from runtime.control.feed import Blocked, OnDone, Prefix
 from runtime.control.latch import Latch
 from runtime.control.loop import ControlLoop
 from runtime.control.mailbox import parse
@@ -72,11 +72,15 @@ class LinkPolicy:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False) -> bool:
+    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False, prefix: Prefix | None = None) -> bool:
         if self.lost() is not None:
             return False
         rid = next(self._ids)
-        if not self.link.send({"t": "ask", "id": rid, "state": pack_array(state), "reset": reset}):
+        message: dict[str, Any] = {"t": "ask", "id": rid, "state": pack_array(state), "reset": reset}
+        if prefix is not None:
+            message["prefix"] = pack_array(prefix.actions)
+            message["delay"] = prefix.delay
+        if not self.link.send(message):
             return False
         self._pending[rid] = on_done
         return True

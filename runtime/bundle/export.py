@@ -39,6 +39,7 @@ from runtime.bundle.manifest import (
     LanguageEntry,
     Manifest,
     ProgramEntry,
+    RtcEntry,
     TensorSpec,
     TestCaseEntry,
 )
@@ -387,6 +388,7 @@ def export_bundle(
     input_roles: Mapping[str, str] | None = None,
     observation_history: int = 1,
     language: Mapping[str, Any] | None = None,
+    rtc: Mapping[str, Any] | None = None,
 ) -> Bundle:
     """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
 
@@ -397,7 +399,8 @@ def export_bundle(
     ``input_roles`` names roles outright (``noise``: drawn by the server per request); the others
     are inferred. ``observation_history`` is the number of frames every image, state and env input
     carries as its leading axis. ``language`` (a policy that takes a task string): the tokenizer
-    ``definition`` (tokenizer.json text) and the LanguageEntry fields but the file.
+    ``definition`` (tokenizer.json text) and the LanguageEntry fields but the file. ``rtc`` (a policy
+    that takes the previous chunk's leftover): the RtcEntry fields.
     """
     torch = _torch()
     fn = load_factory(factory) if isinstance(factory, str) else factory
@@ -546,6 +549,7 @@ def export_bundle(
                 model_batch=model_batch,
                 observation_history=observation_history,
                 language=language_entry,
+                rtc=RtcEntry(**rtc) if rtc is not None else None,
             )
             manifest.write(stage)
             Bundle.open(stage, verify_all=True)

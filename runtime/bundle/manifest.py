@@ -28,13 +28,18 @@ Precision = Literal["f32", "f16", "bf16", "int8"]
 # it per request from a standard normal, clients never send it.
 # language: a language policy's task tokens and their mask; the server fills them from the request's
 # task string with the bundle's tokenizer (see LanguageEntry), clients never send them.
-InputRole = Literal["image", "state", "env", "other", "noise", "language"]
+# prefix, prefix_weights, guidance: real-time chunking (see RtcEntry): the previous chunk's leftover,
+# the per-step weights of the guidance towards it and its cap; the server fills them from the
+# request's prefix and delay (no prefix: zero weights, plain sampling), clients never send them.
+InputRole = Literal["image", "state", "env", "other", "noise", "language", "prefix", "prefix_weights", "guidance"]
 OutputRole = Literal["action", "other"]
 
 DEVICES: Final[tuple[str, ...]] = get_args(Device)
 PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
 INPUT_ROLES: Final[tuple[str, ...]] = get_args(InputRole)
 HISTORY_ROLES: Final = ("image", "state", "env")  # the inputs that carry observation_history frames
+RTC_ROLES: Final = ("prefix", "prefix_weights", "guidance")  # in this order in RtcEntry and the program
+SERVER_ROLES: Final = ("noise", "language", *RTC_ROLES)  # inputs the server fills: clients never send them
 DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool")
 
 # Parity tolerance by the precision the device really ran: the largest error accepted, in the units of
@@ -117,6 +122,37 @@ class LanguageEntry:
 
 
 @dataclass(frozen=True)
+class RtcEntry:
+    """A policy that takes the previous chunk's leftover (real-time chunking, LeRobot's RTC).
+
+    ``prefix_input``: float32 ``[chunk_size, len(action.names)]``, the leftover in the action's joint
+    order and units (the program normalises it and pads it to the model's action width);
+    ``weights_input``: float32 ``[chunk_size]``, LeRobot's prefix weights (runtime.bundle.rtc);
+    ``guidance_input``: float32 ``[1]``, LeRobot's ``max_guidance_weight``. The other fields are the
+    defaults a request that names none gets (the checkpoint's ``rtc_config``).
+    """
+
+    prefix_input: str
+    weights_input: str
+    guidance_input: str
+    chunk_size: int
+    execution_horizon: int
+    prefix_attention_schedule: str
+    max_guidance_weight: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefix_input": self.prefix_input,
+            "weights_input": self.weights_input,
+            "guidance_input": self.guidance_input,
+            "chunk_size": self.chunk_size,
+            "execution_horizon": self.execution_horizon,
+            "prefix_attention_schedule": self.prefix_attention_schedule,
+            "max_guidance_weight": self.max_guidance_weight,
+        }
+
+
+@dataclass(frozen=True)
 class TestCaseEntry:
     __test__ = False  # a bundle test case, not a pytest class
     file: str
@@ -165,6 +201,8 @@ class Manifest:
     quantization: Mapping[str, Any] = field(default_factory=dict)
     # For a language policy (SmolVLA): its tokenizer and token inputs; requests then carry a task.
     language: LanguageEntry | None = None
+    # For a policy that takes the previous chunk's leftover (SmolVLA with RTC).
+    rtc: RtcEntry | None = None
     format_version: int = FORMAT_VERSION
 
     @property
@@ -173,11 +211,12 @@ class Manifest:
 
     @property
     def observation_inputs(self) -> tuple[TensorSpec, ...]:
-        """What a client sends per request: one frame of each observation input, no noise, no tokens."""
+        """What a client sends per request: one frame of each observation input, no noise, no tokens,
+        no prefix inputs."""
         return tuple(
             TensorSpec(s.name, s.dtype, s.shape[1:] if self._has_history(s) else s.shape, s.role)
             for s in self.inputs
-            if s.role not in ("noise", "language")
+            if s.role not in SERVER_ROLES
         )
 
     @property
@@ -223,6 +262,8 @@ class Manifest:
             out["quantization"] = dict(self.quantization)
         if self.language is not None:
             out["language"] = self.language.to_json()
+        if self.rtc is not None:
+            out["rtc"] = self.rtc.to_json()
         return out
 
     def write(self, directory: str | Path) -> Path:
@@ -413,6 +454,7 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
             )
     quantization = r.opt(data, "quantization", "", dict, "an object describing the quantisation", {})
     language = _language(r, data, inputs)
+    rtc = _rtc(r, data, inputs, chunk, len(names))
     tools = r.opt(data, "tools", "", dict, "an object of tool -> version", {})
     if not all(isinstance(v, str) for v in tools.values()):
         raise r.fail("tools", "an object of tool name -> version string", tools)
@@ -435,6 +477,7 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
         observation_history=history,
         quantization=dict(quantization),
         language=language,
+        rtc=rtc,
         format_version=version,
     )
 
@@ -470,6 +513,48 @@ def _language(r: _Reader, data: Mapping[str, Any], inputs: tuple[TensorSpec, ...
     if max_bytes < 1:
         raise r.fail("language.max_task_bytes", "a positive number of bytes", max_bytes)
     return LanguageEntry(entry, names["tokens_input"], names["mask_input"], length, newline, max_bytes)
+
+
+def _rtc(
+    r: _Reader, data: Mapping[str, Any], inputs: tuple[TensorSpec, ...], chunk_length: int, joints: int
+) -> RtcEntry | None:
+    from runtime.bundle.rtc import SCHEDULES
+
+    by_role = {role: [s.name for s in inputs if s.role == role] for role in RTC_ROLES}
+    named = [n for names in by_role.values() for n in names]
+    if "rtc" not in data:
+        if named:
+            raise r.fail("rtc", f"the real-time chunking section of the inputs {named}", _MISSING)
+        return None
+    rtc = r.get(data, "rtc", "", dict, "an object with prefix_input, weights_input, guidance_input, chunk_size, ...")
+    size = r.get(rtc, "chunk_size", "rtc", int, "a positive number of steps")
+    if size < chunk_length:
+        raise r.fail("rtc.chunk_size", f"at least action.chunk_length ({chunk_length}), the steps it serves", size)
+    by_name = {s.name: s for s in inputs}
+    names: list[str] = []
+    for key, role, shape in (
+        ("prefix_input", "prefix", (size, joints)),
+        ("weights_input", "prefix_weights", (size,)),
+        ("guidance_input", "guidance", (1,)),
+    ):
+        name = r.get(rtc, key, "rtc", str, f"the name of the input with role {role}")
+        spec = by_name.get(name)
+        if spec is None or spec.role != role or spec.dtype != "float32" or spec.shape != shape:
+            shown = name if spec is None else f"{spec.dtype} {list(spec.shape)} role {spec.role}"
+            raise r.fail(f"rtc.{key}", f"an input with role {role}, float32 {list(shape)}", shown)
+        if by_role[role] != [name]:
+            raise r.fail(f"rtc.{key}", f"the one input with role {role}", by_role[role])
+        names.append(name)
+    horizon = r.get(rtc, "execution_horizon", "rtc", int, "a positive number of steps")
+    if horizon < 1:
+        raise r.fail("rtc.execution_horizon", "a positive number of steps", horizon)
+    schedule = r.get(rtc, "prefix_attention_schedule", "rtc", str, f"one of {', '.join(SCHEDULES)}")
+    if schedule not in SCHEDULES:
+        raise r.fail("rtc.prefix_attention_schedule", f"one of {', '.join(SCHEDULES)}", schedule)
+    cap = r.get(rtc, "max_guidance_weight", "rtc", (int, float), "a positive number")
+    if not (cap > 0 and math.isfinite(cap)):
+        raise r.fail("rtc.max_guidance_weight", "a positive number", cap)
+    return RtcEntry(names[0], names[1], names[2], size, horizon, schedule, float(cap))
 
 
 def read_manifest(directory: str | Path) -> Manifest:

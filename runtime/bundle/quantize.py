@@ -52,7 +52,8 @@ def load_observations(
     ``max_frames`` frames, or a directory of ``.npz`` files, one observation each, arrays named as the
     bundle's inputs (``input/<name>``, the test case's layout, is accepted too). An input that the
     recording lacks but the server fills itself (Diffusion Policy's ``noise``) is filled with seeded
-    noise. An error names the file or frame and the input.
+    noise; real-time chunking's prefix inputs, as the server fills them for a request without a
+    leftover (zero weights: the plain flow). An error names the file or frame and the input.
     """
     root = Path(source)
     if (root / INFO_PATH).is_file():
@@ -70,17 +71,33 @@ def load_observations(
             "(some calibrate, the rest are held out for the accuracy gate); a few hundred from real runs is right"
         )
     rng = np.random.default_rng(0)
+    no_prefix = _no_prefix(manifest)
     out = []
     for where, arrays in found:
         for spec in manifest.noise_inputs:
             if spec.name not in arrays:
                 arrays[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+        for name, value in no_prefix.items():
+            arrays.setdefault(name, value)
         try:
             ordered = validate_inputs(manifest.inputs, arrays)
         except InputValidationError as e:
             raise ExportError(f"--calibration: {where}: {e}") from e
         out.append({spec.name: a for spec, a in zip(manifest.inputs, ordered, strict=True)})
     return out
+
+
+def _no_prefix(manifest: Manifest) -> dict[str, np.ndarray]:
+    """A real-time chunking policy's prefix inputs for a request without a leftover; {} for others."""
+    rtc = manifest.rtc
+    if rtc is None:
+        return {}
+    joints = len(manifest.action_names)
+    return {
+        rtc.prefix_input: np.zeros((rtc.chunk_size, joints), np.float32),
+        rtc.weights_input: np.zeros(rtc.chunk_size, np.float32),
+        rtc.guidance_input: np.array([rtc.max_guidance_weight], np.float32),
+    }
 
 
 def _npz_observations(root: Path) -> list[tuple[str, dict[str, np.ndarray]]]:

@@ -100,6 +100,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "(a directory, or a model in the local Hugging Face cache; never downloaded)",
     )
     p.add_argument(
+        "--rtc",
+        action="store_true",
+        help="--lerobot SmolVLA: real-time chunking (the program takes the previous chunk's leftover and "
+        "guides the flow towards it, LeRobot's RTC; on by itself when the checkpoint's rtc_config enables it)",
+    )
+    p.add_argument(
         "--tolerance",
         metavar="PREC=ERR,...",
         help="parity tolerance per precision, in the test case's units (normalised action units for "
@@ -208,10 +214,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             tolerance=tolerance,
             policy_name=args.name,
             vlm_dir=args.vlm_dir,
+            rtc=args.rtc,
         )
     else:
         if args.vlm_dir:
             raise ConfigError("--vlm-dir applies to --lerobot SmolVLA checkpoints")
+        if args.rtc:
+            raise ConfigError("--rtc applies to --lerobot SmolVLA checkpoints")
         if args.n_action_steps:
             raise ConfigError("--n-action-steps applies to --lerobot checkpoints; a factory's model sets its chunk")
         bundle = export_bundle(

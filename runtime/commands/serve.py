@@ -35,6 +35,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     infer.add_argument(
         "--task", help="the instruction, for a language policy (SmolVLA): needed there, refused elsewhere"
     )
+    infer.add_argument(
+        "--prefix",
+        metavar="FILE.npy",
+        help="real-time chunking: the previous chunk's actions not yet executed, [steps, joints] in the action's "
+        "units (a .npy, or an .npz holding 'prefix'); refused by a policy without it",
+    )
+    infer.add_argument(
+        "--delay", type=int, help="real-time chunking: steps of the prefix the robot executes meanwhile (default 0)"
+    )
     infer.add_argument("--reset", action="store_true", help="the observation starts a new episode")
     infer.add_argument("--timeout-s", type=float, default=30.0, help="how long to wait for the chunk (default 30)")
     infer.add_argument("--json", action="store_true", help="print the chunk and timing as JSON")
@@ -139,7 +148,15 @@ def _infer(args: argparse.Namespace) -> int:
             if info.takes_task and args.task is None:
                 log.error('%s is a language policy: pass --task "..." (the instruction it follows)', info.policy_name)
                 return 2
-            chunk = client.infer(observation, reset=args.reset, task=args.task)
+            prefix = None
+            if args.prefix:
+                loaded = np.load(args.prefix, allow_pickle=False)
+                if isinstance(loaded, np.lib.npyio.NpzFile):
+                    with loaded:
+                        prefix = loaded["prefix"]
+                else:
+                    prefix = loaded
+            chunk = client.infer(observation, reset=args.reset, task=args.task, prefix=prefix, delay=args.delay)
     except ServerError as e:
         log.error("the daemon refused the observation: %s", e)
         return 1

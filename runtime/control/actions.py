@@ -6,7 +6,8 @@ inference delay), the rest are merged into the queue. Where chunks overlap, ``ag
 ``latest`` replaces, ``average`` keeps the running mean, ``temporal_ensemble`` is ACT's online
 exponential weighting (weight ``exp(-coeff * i)`` for the i-th prediction of a tick, i = 0 the
 oldest, as LeRobot's ``ACTTemporalEnsembler``). Storage is a preallocated ring indexed by tick, so
-the control tick allocates nothing here.
+the control tick allocates nothing here. :meth:`ActionQueue.leftover` is the plan a real-time
+chunking request continues (read only when a chunk is asked for).
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ class ActionQueue:
         self._count = np.zeros(self.size, dtype=np.int64)
         self._tick = np.full(self.size, -1, dtype=np.int64)
         self._last = -1  # the last tick that has an action
+        self._taken = -1  # the last tick whose action was taken (its value stays in its slot)
         self.dropped = 0  # actions that arrived for ticks already past
         self.merged = 0
 
     def clear(self) -> None:
         self._tick[:] = -1
         self._last = -1
+        self._taken = -1
 
     def depth(self, now: int) -> int:
         """Actions queued for ticks ``now`` and later."""
@@ -76,8 +79,23 @@ class ActionQueue:
         if self._tick[slot] != tick:
             return None
         self._tick[slot] = -1
+        self._taken = tick
         action: np.ndarray = self._values[slot]
         return action
+
+    def leftover(self, tick: int, most: int) -> np.ndarray | None:
+        """The plan from ``tick`` on: its action (taken or not) and the queued ones after it, in tick
+        order up to the first tick without one, at most ``most`` (float32 ``[steps, joints]``); None
+        when there is no action for ``tick``."""
+        ticks = []
+        for t in range(tick, tick + min(most, self.size)):
+            slot = t % self.size
+            if self._tick[slot] != t and not (t == self._taken and self._tick[slot] == -1):
+                break
+            ticks.append(slot)
+        if not ticks:
+            return None
+        return self._values[ticks].astype(np.float32)
 
     @staticmethod
     def ensemble_weights(n: int, coeff: float) -> list[float]:

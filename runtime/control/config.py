@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from runtime.bundle.rtc import SCHEDULES
 from runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from runtime.bundle.manifest import Manifest
 
 Aggregate = Literal["latest", "average", "temporal_ensemble"]
 StallAction = Literal["hold", "rest", "torque_off"]
@@ -105,6 +109,40 @@ class SafetyConfig:
 
 
 @dataclass(frozen=True)
+class RtcConfig:
+    """``[control.rtc]``: real-time chunking, for a bundle exported with it (LeRobot's names).
+
+    Each request the loop makes then carries the plan's leftover (the actions queued for the ticks from
+    the one it observes at) and the inference delay in ticks (the worst of the recent measured
+    latencies), and the new chunk continues the leftover. ``enabled``: absent, on when the bundle takes
+    a prefix; ``false`` samples every chunk afresh. The other keys, absent, are the bundle's (its
+    checkpoint's ``rtc_config``; LeRobot's defaults are 10, ``LINEAR``, 10.0).
+    """
+
+    enabled: bool | None = None
+    execution_horizon: int | None = None
+    prefix_attention_schedule: str | None = None
+    max_guidance_weight: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.execution_horizon is not None and self.execution_horizon < 1:
+            raise ConfigError(f"control.rtc.execution_horizon: expected >= 1 step, got {self.execution_horizon}")
+        schedule = self.prefix_attention_schedule
+        if schedule is not None and schedule.upper() not in SCHEDULES:
+            raise ConfigError(
+                f"control.rtc.prefix_attention_schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}"
+            )
+        cap = self.max_guidance_weight
+        if cap is not None and not (cap > 0 and math.isfinite(cap)):
+            raise ConfigError(f"control.rtc.max_guidance_weight: expected a finite number > 0, got {cap}")
+
+    def given(self) -> tuple[str, ...]:
+        """The keys the config sets, ``enabled = false`` aside (it asks for nothing a bundle must have)."""
+        keys = ("execution_horizon", "prefix_attention_schedule", "max_guidance_weight")
+        return (("enabled",) if self.enabled else ()) + tuple(k for k in keys if getattr(self, k) is not None)
+
+
+@dataclass(frozen=True)
 class ControlConfig:
     """The loop that executes action chunks on the arm the daemon owns.
 
@@ -121,7 +159,8 @@ class ControlConfig:
     cannot delay; ``thread`` runs the loop as a thread of the daemon (embedding; comparisons).
     ``link_timeout_s``: the arm process holds when it hears nothing from the daemon for this long.
     ``task``: the instruction a language policy (SmolVLA) follows until ``control start --task`` (or a
-    teleop station's episode task, at its hand-back) gives another.
+    teleop station's episode task, at its hand-back) gives another. ``rtc``: real-time chunking
+    (:class:`RtcConfig`).
     """
 
     enabled: bool = True
@@ -138,6 +177,7 @@ class ControlConfig:
     # The built-in demo policy's camera, as `lerobot-runtime camera` publishes it by default.
     streams: tuple[StreamConfig, ...] = (StreamConfig("observation.images.front", "ipc://camera-front.sock"),)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    rtc: RtcConfig = field(default_factory=RtcConfig)
 
     def __post_init__(self) -> None:
         if self.rate_hz < 0 or self.rate_hz > 1000:
@@ -160,6 +200,34 @@ class ControlConfig:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ConfigError(f"control.streams: input {dup[0]!r} has more than one stream")
+
+
+def rtc_in_effect(config: ControlConfig, manifest: Manifest) -> bool:
+    """Whether the loop's requests carry the plan's leftover; raises :class:`ConfigError` naming the key
+    when ``[control.rtc]`` asks for what the bundle cannot do."""
+    rtc, entry = config.rtc, manifest.rtc
+    if entry is None:
+        given = rtc.given()
+        if given:
+            raise ConfigError(
+                f"control.rtc.{given[0]}: this bundle takes no previous chunk (it was not exported with real-time "
+                "chunking: export --lerobot CHECKPOINT --rtc, a SmolVLA); remove the [control.rtc] keys"
+            )
+        return False
+    if rtc.enabled is False:
+        return False
+    if config.aggregate != "latest":
+        raise ConfigError(
+            f"control.aggregate: expected 'latest' with real-time chunking (the new chunk already continues the "
+            f"leftover, as LeRobot's RTC queue replaces it; blending the two plans again would pull it back), got "
+            f"{config.aggregate!r}; or set control.rtc.enabled = false"
+        )
+    horizon = rtc.execution_horizon
+    if horizon is not None and horizon > entry.chunk_size:
+        raise ConfigError(
+            f"control.rtc.execution_horizon: expected 1..{entry.chunk_size} (the policy's chunk size), got {horizon}"
+        )
+    return True
 
 
 def control_rate(config: ControlConfig, bundle_rate_hz: float) -> float:

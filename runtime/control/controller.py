@@ -29,9 +29,9 @@ from drivers.calibration import Calibration
 from drivers.errors import BusError
 from runtime.bundle.manifest import Manifest
 from runtime.control.actions import ActionQueue
-from runtime.control.config import ControlConfig
+from runtime.control.config import ControlConfig, rtc_in_effect
 from runtime.control.events import EventLog
-from runtime.control.feed import PolicyFeed, state_input
+from runtime.control.feed import PolicyFeed, Prefix, state_input
 from runtime.control.handoff import Latest
 from runtime.control.latch import LATCH_ID, ControlRefused, Latch
 from runtime.control.mailbox import (
@@ -52,6 +52,9 @@ from runtime.control.safety import Goal, SafetyEnvelope
 from runtime.control.stall import Stall
 from runtime.teleop.config import TeleopConfig
 from runtime.teleop.target import TeleopTarget
+
+#: the chunks whose measured latency the inference delay of a real-time chunking request is the worst of
+DELAY_WINDOW = 20
 
 
 class Torque(Protocol):
@@ -112,6 +115,11 @@ class Controller:
         # every running tick that does not ask for a chunk still hands its observation over.
         self._observe_every_tick = manifest.observation_history > 1
         state_input(manifest)  # the joints fill exactly one input: refused here, not at the first ask
+        # Real-time chunking: each request carries the plan's leftover, up to the policy's chunk size,
+        # and the delay, at most one short of the steps a chunk serves (the server's bound).
+        self.rtc = rtc_in_effect(config, manifest)
+        self._prefix_steps = manifest.rtc.chunk_size if manifest.rtc is not None else 0
+        self._max_delay = chunk - 1
         n = len(names)
         self.queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)
         self.envelope = SafetyEnvelope(names, calibration, config.safety, events)
@@ -547,6 +555,27 @@ class Controller:
         self._plan.new_history = False
         self.counters["observations"] += 1
 
+    def inference_delay(self) -> int:
+        """LeRobot's estimate of the next chunk's delay in ticks: the worst of the latencies measured for
+        the last :data:`DELAY_WINDOW` chunks (0 before any), at most what a chunk can serve."""
+        n = min(self.latencies_measured, DELAY_WINDOW, len(self.latency_ring))
+        if n == 0:
+            return 0
+        end = self.latencies_measured % len(self.latency_ring)
+        recent = np.take(self.latency_ring, range(end - n, end), mode="wrap")
+        return int(min(np.nanmax(recent), self._max_delay)) if not np.isnan(recent).all() else 0
+
+    def _prefix(self, k: int) -> Prefix | None:
+        """The plan from tick ``k`` on (this tick's action first: the chunk's step 0 is for tick ``k``)
+        and the delay the new chunk continues it by; None when nothing is planned."""
+        if not self.rtc:
+            return None
+        leftover = self.queue.leftover(k, self._prefix_steps)
+        if leftover is None:
+            return None
+        self.counters["prefix_requests"] += 1
+        return Prefix(leftover, self.inference_delay())
+
     def _ask(self, k: int, present: np.ndarray) -> None:
         gen = self._plan.gen
         self._plan.inflight_since = self._clock()
@@ -554,7 +583,8 @@ class Controller:
         def done(actions: np.ndarray | None, error: str | None) -> None:
             self.result.put(ChunkResult(gen, k, actions, error))
 
-        if not self.policy.submit(present.astype(np.float32), done, reset=self._plan.new_history):
+        prefix = self._prefix(k)
+        if not self.policy.submit(present.astype(np.float32), done, reset=self._plan.new_history, prefix=prefix):
             self._plan.inflight_since = None
             self.counters["submit_refused"] += 1
         else:

@@ -5,7 +5,9 @@ stream) is added on the daemon's side of this seam, by :class:`StreamFeed`, so c
 through the arm's process: the loop hands over ``state`` and gets back a chunk or a reason. Whether
 the policy may be asked at all (every stream fresh, no failed self-check) is :meth:`PolicyFeed.blocked`;
 whether the side that answers is still there at all is :meth:`PolicyFeed.lost` (never, in one process;
-the daemon gone, seen from the arm's process).
+the daemon gone, seen from the arm's process). With real-time chunking a request also carries a
+:class:`Prefix`: the plan's leftover and the inference delay, which the server turns into the
+program's prefix inputs.
 """
 
 from __future__ import annotations
@@ -40,13 +42,25 @@ class Blocked:
     stale: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """Real-time chunking: what the new chunk continues. ``actions``: the plan for the ticks from the
+    one the observation is taken at (float32 ``[steps, joints]``, the policy's joint order and units;
+    the first is the action that tick executed); ``delay``: how many ticks the chunk is expected to
+    take to arrive (its first ``delay`` steps are past by then and follow the leftover)."""
+
+    actions: np.ndarray
+    delay: int
+
+
 class PolicyFeed(Protocol):
     """What the control loop asks of the policy's side."""
 
-    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False) -> bool:
+    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False, prefix: Prefix | None = None) -> bool:
         """Ask for a chunk from the joint positions ``state`` (float32, the policy's joint order) and
         whatever else the policy looks at; ``on_done(actions, None)`` or ``on_done(None, reason)``
-        is called once. ``reset``: the first observation of a run (a policy with history restarts)."""
+        is called once. ``reset``: the first observation of a run (a policy with history restarts).
+        ``prefix``: the plan the chunk continues (real-time chunking), None for none."""
         ...
 
     def observe(self, state: np.ndarray, *, reset: bool = False) -> None:
@@ -65,7 +79,9 @@ class PolicyFeed(Protocol):
 class Inference(Protocol):
     """The server's inference worker (or a stand-in): whole observations in the policy's input order."""
 
-    def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool: ...
+    def submit(
+        self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False, prefix: Prefix | None = None
+    ) -> bool: ...
     def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None: ...
     def failure(self) -> str | None: ...
 
@@ -132,13 +148,13 @@ class StreamFeed:
             self.counters["observation_errors"] += 1
             return str(e)
 
-    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False) -> bool:
+    def submit(self, state: np.ndarray, on_done: OnDone, *, reset: bool = False, prefix: Prefix | None = None) -> bool:
         arrays = self._observation(state)
         if isinstance(arrays, str):
             self.last_error = arrays
             on_done(None, f"observation refused: {arrays}")
             return True
-        return self.inference.submit(arrays, on_done, reset=reset)
+        return self.inference.submit(arrays, on_done, reset=reset, prefix=prefix)
 
     def observe(self, state: np.ndarray, *, reset: bool = False) -> None:
         arrays = self._observation(state)

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from runtime.control.feed import OnDone
+from runtime.control.config import RtcConfig
+from runtime.control.feed import OnDone, Prefix
 from runtime.control.latch import ControlRefused, StaleLatch, estop_status
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.protocol.errors import ControlRefusedError
-from runtime.protocol.messages import ControlRequest, TeleopRequest
+from runtime.protocol.messages import ControlRequest, PrefixFields, TeleopRequest
 from runtime.server.server import PolicyServer
 from runtime.teleop.handler import TeleopControl
 
@@ -27,13 +28,27 @@ if TYPE_CHECKING:
 
 
 class ServerInference:
-    def __init__(self, server: PolicyServer, task: str = "") -> None:
+    def __init__(self, server: PolicyServer, task: str = "", rtc: RtcConfig | None = None) -> None:
         self.server = server
         #: the instruction every request of the loop carries (a language policy needs one)
         self.task = task
+        #: how the loop's leftovers are followed (``[control.rtc]``; absent keys: the bundle's)
+        self.rtc = rtc or RtcConfig()
 
-    def submit(self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False) -> bool:
-        return self.server.submit_local(inputs, on_done, reset=reset, task=self.task or None)
+    def submit(
+        self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False, prefix: Prefix | None = None
+    ) -> bool:
+        fields = None
+        if prefix is not None:
+            rtc = self.rtc
+            fields = PrefixFields(
+                prefix.actions,
+                prefix.delay,
+                rtc.execution_horizon,
+                rtc.prefix_attention_schedule,
+                rtc.max_guidance_weight,
+            )
+        return self.server.submit_local(inputs, on_done, reset=reset, task=self.task or None, rtc=fields)
 
     def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
         self.server.observe_local(inputs, reset=reset, task=self.task or None)

@@ -188,16 +188,21 @@ def write_smolvla(
     image_hw: tuple[int, int] | None = None,
     cameras: tuple[str, ...] = ("front",),
     seed: int = 0,
+    rtc: dict[str, Any] | None = None,
+    dataset_stats: dict[str, dict[str, Any]] | None = None,
     **overrides: Any,
 ) -> Path:
     """A SmolVLA checkpoint (LeRobot's classes, random weights) whose ``vlm_model_name`` is a local VLM
-    directory (written beside it as ``<out>.vlm`` unless ``vlm_dir`` names one)."""
+    directory (written beside it as ``<out>.vlm`` unless ``vlm_dir`` names one). ``rtc``: real-time
+    chunking enabled in its config (``rtc_config``), with these RTCConfig fields. ``dataset_stats``:
+    normalisation statistics (feature -> tensors) in place of the seeded random ones."""
     from runtime.bundle.lerobot import import_lerobot
 
     import_lerobot()
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
@@ -212,6 +217,13 @@ def write_smolvla(
         "observation.state": PolicyFeature(FeatureType.STATE, (6,)),
     }
     outputs = {"action": PolicyFeature(FeatureType.ACTION, (6,))}
+    if rtc is not None:
+        from lerobot.configs.types import RTCAttentionSchedule
+
+        fields = dict(rtc)
+        if "prefix_attention_schedule" in fields:
+            fields["prefix_attention_schedule"] = RTCAttentionSchedule(fields["prefix_attention_schedule"])
+        overrides["rtc_config"] = RTCConfig(enabled=True, **fields)
     torch.manual_seed(seed)
     cfg = SmolVLAConfig(
         input_features=inputs,
@@ -222,7 +234,9 @@ def write_smolvla(
         **{**POLICY_SHAPES[size], **overrides},
     )
     policy = SmolVLAPolicy(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(torch, names, 6, seed))
+    stats = _stats(torch, names, 6, seed)
+    stats.update(dataset_stats or {})
+    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
     policy.save_pretrained(path)
     pre.save_pretrained(path)
     post.save_pretrained(path)

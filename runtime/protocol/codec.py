@@ -30,6 +30,7 @@ from runtime.protocol.messages import (
     CONTROL_KINDS,
     KINDS,
     MAX_REQUEST_ID,
+    PREFIX_FIELDS,
     PROTOCOL_VERSION,
     RESERVED_KIND_PREFIXES,
     SUPPORTED_VERSIONS,
@@ -42,6 +43,7 @@ from runtime.protocol.messages import (
     PingRequest,
     PolicyInfo,
     Pong,
+    PrefixFields,
     Request,
     StatsRequest,
     StatsSnapshot,
@@ -51,7 +53,7 @@ from runtime.protocol.messages import (
 from runtime.protocol.teleop import parse_teleop
 
 _REQUEST_KEYS: Final = frozenset(("v", "id", "kind", "body"))
-_INFER_BODY_KEYS: Final = frozenset(("observation", "reset", "task"))
+_INFER_BODY_KEYS: Final = frozenset(("observation", "reset", "task", *PREFIX_FIELDS))
 Buffer = bytes | memoryview
 
 
@@ -357,7 +359,10 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
     if unknown:
         key = sorted(map(str, unknown))[0]
         raise BadRequestError(
-            f"infer body: unknown key {key!r}", field=f"body.{key}", expected="observation, reset, task", received=key
+            f"infer body: unknown key {key!r}",
+            field=f"body.{key}",
+            expected=", ".join(("observation", "reset", "task", *PREFIX_FIELDS)),
+            received=key,
         )
     reset = body.get("reset", False)
     if not isinstance(reset, bool):
@@ -389,6 +394,7 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
     observation: dict[str, np.ndarray] = {}
     for name, desc in obs_raw.items():
         observation[name] = decode_array(desc, views, used, name)
+    rtc = _parse_prefix_fields(body, views, used)
     if not all(used):
         index = used.index(False)
         raise BadRequestError(
@@ -397,7 +403,44 @@ def _parse_infer(rid: int, body: dict[Any, Any], data: Sequence[Buffer]) -> Infe
             expected=f"{sum(used)} data frames",
             received=f"{len(used)} data frames",
         )
-    return InferRequest(rid, observation, reset=reset, task=task)
+    return InferRequest(rid, observation, reset=reset, task=task, rtc=rtc)
+
+
+def _parse_prefix_fields(body: dict[Any, Any], views: Sequence[memoryview], used: list[bool]) -> PrefixFields:
+    """The real-time chunking keys' types (their bounds depend on the policy: runtime.server.rtc)."""
+    prefix = body.get("prefix")
+    if prefix is not None:
+        prefix = decode_array(prefix, views, used, "body.prefix")
+    ints: dict[str, int | None] = {}
+    for key in ("delay", "execution_horizon"):
+        value = body.get(key)
+        if value is not None and type(value) is not int:
+            raise BadRequestError(
+                f"body.{key}: expected an integer number of steps, got {_type_name(value)} {_short(value)}",
+                field=f"body.{key}",
+                expected="int",
+                received=_type_name(value),
+            )
+        ints[key] = value
+    schedule = body.get("prefix_attention_schedule")
+    if schedule is not None and not isinstance(schedule, str):
+        raise BadRequestError(
+            f"body.prefix_attention_schedule: expected a string, got {_type_name(schedule)}",
+            field="body.prefix_attention_schedule",
+            expected="str",
+            received=_type_name(schedule),
+        )
+    cap = body.get("max_guidance_weight")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))):
+        raise BadRequestError(
+            f"body.max_guidance_weight: expected a number, got {_type_name(cap)}",
+            field="body.max_guidance_weight",
+            expected="float",
+            received=_type_name(cap),
+        )
+    return PrefixFields(
+        prefix, ints["delay"], ints["execution_horizon"], schedule, None if cap is None else float(cap)
+    )
 
 
 def _timing_wire(t: Timing) -> dict[str, float]:
@@ -453,7 +496,8 @@ def encode_request(
     """Frames of a request: header then one data frame per observation array (sent zero-copy).
 
     ``body`` is for kinds without arrays (``control.*``, ``teleop.*``); an observation makes the infer
-    body, and ``body`` then adds to it (``{"reset": True}``).
+    body, and ``body`` then adds to it (``{"reset": True}``); an array in ``body`` (real-time chunking's
+    ``prefix``) travels in a data frame of its own, like the observation's.
     """
     frames: list[Any] = [b""]
     if observation is None:
@@ -466,7 +510,15 @@ def encode_request(
             arr = wire_array(np.asarray(value))
             obs[name] = frame_descriptor(arr, len(frames) - 1)
             frames.append(arr)
-        header = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind, "body": {**(body or {}), "observation": obs}}
+        extra: dict[str, Any] = {}
+        for key, value in (body or {}).items():
+            if isinstance(value, np.ndarray):
+                arr = wire_array(value)
+                extra[key] = frame_descriptor(arr, len(frames) - 1)
+                frames.append(arr)
+            else:
+                extra[key] = value
+        header = {"v": PROTOCOL_VERSION, "id": request_id, "kind": kind, "body": {**extra, "observation": obs}}
     frames[0] = _pack(header)
     return frames
 
@@ -623,7 +675,22 @@ def _observation(body: Mapping[str, Any]) -> dict[str, Any]:
     if task is not None and not isinstance(task, dict):
         raise ProtocolError(f"reply body.observation.task: expected a map or nil, got {_type_name(task)}")
     max_bytes = int(_need(task, "max_bytes", int, "body.observation.task")) if task else 0
-    return {"history_frames": int(frames), "noise_inputs": tuple(str(n) for n in drawn), "max_task_bytes": max_bytes}
+    prefix = raw.get("prefix")  # absent from servers that predate real-time chunking, nil without a prefix
+    if prefix is not None and not isinstance(prefix, dict):
+        raise ProtocolError(f"reply body.observation.prefix: expected a map or nil, got {_type_name(prefix)}")
+    rtc: dict[str, Any] = {}
+    if prefix:
+        rtc = {
+            "prefix_steps": int(_need(prefix, "max_steps", int, "body.observation.prefix")),
+            "max_delay": int(_need(prefix, "max_delay", int, "body.observation.prefix")),
+            "prefix_defaults": {k: v for k, v in prefix.items() if k not in ("max_steps", "max_delay")},
+        }
+    return {
+        "history_frames": int(frames),
+        "noise_inputs": tuple(str(n) for n in drawn),
+        "max_task_bytes": max_bytes,
+        **rtc,
+    }
 
 
 def _arm(body: Mapping[str, Any]) -> dict[str, Any] | None:

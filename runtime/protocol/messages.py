@@ -77,16 +77,40 @@ class StatsRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixFields:
+    """Real-time chunking's fields of an infer, each None when absent (checked against the policy by
+    runtime.server.rtc): ``prefix``, the previous chunk's leftover (``[steps, joints]`` in the action's
+    joint order and units); ``delay``, the inference delay in steps; and the guidance settings, which
+    default to the bundle's."""
+
+    prefix: np.ndarray | None = None
+    delay: int | None = None
+    execution_horizon: int | None = None
+    prefix_attention_schedule: str | None = None
+    max_guidance_weight: float | None = None
+
+    def given(self) -> tuple[str, ...]:
+        """The fields the request carries, in wire order."""
+        return tuple(name for name in PREFIX_FIELDS if getattr(self, name) is not None)
+
+
+#: the infer body's real-time chunking keys, as the wire names them
+PREFIX_FIELDS: Final = ("prefix", "delay", "execution_horizon", "prefix_attention_schedule", "max_guidance_weight")
+
+
+@dataclass(frozen=True, slots=True)
 class InferRequest:
     """``reset``: this observation starts a new episode (a policy with observation history forgets
     the client's earlier frames). ``task``: the instruction a language policy follows (SmolVLA),
-    None when the request carries none."""
+    None when the request carries none. ``rtc``: the previous chunk's leftover and how to follow it
+    (a policy with real-time chunking)."""
 
     id: int
     observation: Mapping[str, np.ndarray]
     kind: Literal["infer"] = "infer"
     reset: bool = False
     task: str | None = None
+    rtc: PrefixFields = PrefixFields()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +188,20 @@ class PolicyInfo:
     # a language policy needs a task string with every infer, of at most this many UTF-8 bytes; 0: the
     # policy takes no task (and refuses one)
     max_task_bytes: int = 0
+    # real-time chunking: the most leftover steps a prefix may have (0: the policy takes no prefix), the
+    # largest delay and the guidance defaults (execution_horizon, prefix_attention_schedule,
+    # max_guidance_weight)
+    prefix_steps: int = 0
+    max_delay: int = 0
+    prefix_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def takes_task(self) -> bool:
         return self.max_task_bytes > 0
+
+    @property
+    def takes_prefix(self) -> bool:
+        return self.prefix_steps > 0
 
     @property
     def device(self) -> str:
@@ -199,6 +233,11 @@ class PolicyInfo:
                 "history_frames": self.history_frames,
                 "server_drawn": list(self.noise_inputs),
                 "task": {"required": True, "max_bytes": self.max_task_bytes} if self.takes_task else None,
+                "prefix": (
+                    {"max_steps": self.prefix_steps, "max_delay": self.max_delay, **self.prefix_defaults}
+                    if self.takes_prefix
+                    else None
+                ),
             },
         }
 

@@ -14,7 +14,8 @@ engine, from one numpy ``Generator`` per server: seeded, a server's sequence of 
 reproducible; unseeded, it draws fresh entropy at each start.
 
 A language policy's token inputs (role ``language``) come from the request's task, tokenized by
-runtime.server.tasks; :meth:`ObservationHistory.assemble` puts them in their places.
+runtime.server.tasks, and a real-time chunking policy's prefix inputs from the request's leftover and
+delay (runtime.server.rtc); :meth:`ObservationHistory.assemble` puts them in their places.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from runtime.bundle.manifest import HISTORY_ROLES, Manifest
+from runtime.bundle.manifest import HISTORY_ROLES, RTC_ROLES, Manifest
 
 # Stands in for a noise input between the I/O thread and the worker, which draws the real one.
 NOISE_PLACEHOLDER = np.empty(0, np.float32)
@@ -52,10 +53,16 @@ class ObservationHistory:
         self._stacked: list[bool] = []
         # program input index -> 0 (the task's tokens) or 1 (their mask)
         self._language: dict[int, int] = {}
+        # program input index -> 0 (the leftover), 1 (its weights) or 2 (the guidance cap)
+        self._prefix: dict[int, int] = {}
         lang = manifest.language
         for i, spec in enumerate(manifest.inputs):
             if spec.role == "language":
                 self._language[i] = 0 if lang is not None and spec.name == lang.tokens_input else 1
+                self._sources.append(None)
+                self._stacked.append(False)
+            elif spec.role in RTC_ROLES:
+                self._prefix[i] = RTC_ROLES.index(spec.role)
                 self._sources.append(None)
                 self._stacked.append(False)
             elif spec.role == "noise":
@@ -71,7 +78,7 @@ class ObservationHistory:
     @property
     def needed(self) -> bool:
         """False when the program takes exactly what a client sends (nothing to keep or draw)."""
-        return self.frames > 1 or any(s is None for s in self._sources)  # noise or language inputs too
+        return self.frames > 1 or any(s is None for s in self._sources)  # noise, language, prefix inputs too
 
     def observe(self, client: Hashable, observation: Sequence[np.ndarray], now: float, *, reset: bool = False) -> None:
         """Add a frame to the client's history without running the policy (the control loop, every tick
@@ -87,18 +94,24 @@ class ObservationHistory:
         *,
         reset: bool = False,
         language: Sequence[np.ndarray] = (),
+        prefix: Sequence[np.ndarray] = (),
     ) -> list[np.ndarray]:
         """The program's inputs, in manifest order, from ``observation`` (validated, in
         ``observation_inputs`` order) and the client's earlier frames; noise inputs hold
         :data:`NOISE_PLACEHOLDER` until :meth:`NoiseSource.fill`; language inputs take ``language``
-        (the task's tokens and mask). ``now``: time.monotonic()."""
+        (the task's tokens and mask), prefix inputs ``prefix`` (leftover, weights, cap: see
+        runtime.server.rtc). ``now``: time.monotonic()."""
         if self._language and len(language) != 2:
             raise ValueError("assemble: a language policy's inputs need the task's tokens and mask")
+        if self._prefix and len(prefix) != len(RTC_ROLES):
+            raise ValueError("assemble: a real-time chunking policy's inputs need its leftover, weights and cap")
         window = self._push(client, observation, now, reset) if self.frames > 1 else [observation]
         out: list[np.ndarray] = []
         for i, (source, stacked) in enumerate(zip(self._sources, self._stacked, strict=True)):
             if i in self._language:
                 out.append(language[self._language[i]])
+            elif i in self._prefix:
+                out.append(prefix[self._prefix[i]])
             elif source is None:
                 out.append(NOISE_PLACEHOLDER)
             elif stacked:

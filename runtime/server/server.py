@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import zmq
 
 from runtime import __version__
+from runtime.bundle.manifest import RTC_ROLES, Manifest
 from runtime.engine.base import Engine
 from runtime.engine.validate import check_finite, validate_inputs
 from runtime.errors import InputValidationError
@@ -32,6 +33,7 @@ from runtime.protocol.messages import (
     ControlRequest,
     InferRequest,
     PolicyInfo,
+    PrefixFields,
     StatsSnapshot,
     TeleopRequest,
     TensorInfo,
@@ -42,6 +44,7 @@ from runtime.server.endpoints import resolve_endpoint
 from runtime.server.history import ObservationHistory
 from runtime.server.instance import InstanceLock, tcp_listener_pid
 from runtime.server.queue import Job, RequestQueue
+from runtime.server.rtc import PrefixInputs, prefix_inputs, refuse_on_policy_without
 from runtime.server.security import (
     ServerCurve,
     apply_server_curve,
@@ -97,7 +100,15 @@ def policy_info(engine: Engine, max_message_bytes: int, queue_depth: int) -> Pol
         history_frames=m.observation_history,
         noise_inputs=tuple(s.name for s in m.noise_inputs),
         max_task_bytes=m.language.max_task_bytes if m.language is not None else 0,
+        **_prefix_info(m),
     )
+
+
+def _prefix_info(manifest: Manifest) -> dict[str, Any]:
+    prefix = prefix_inputs(manifest)
+    if prefix is None:
+        return {}
+    return {"prefix_steps": prefix.chunk_size, "max_delay": prefix.max_delay, "prefix_defaults": prefix.defaults}
 
 
 def task_encoder(engine: Engine) -> TaskEncoder | None:
@@ -147,6 +158,7 @@ class PolicyServer:
         self._worker: InferenceWorker | None = None
         #: a language policy's tokenizer (set at start and on reload); None for other policies
         self.tasks: TaskEncoder | None = None
+        self.prefix: PrefixInputs | None = None
         self._io: threading.Thread | None = None
         self._stop = threading.Event()
         self._deadline = math.inf
@@ -211,6 +223,7 @@ class PolicyServer:
             self._context.set(zmq.THREAD_AFFINITY_CPU_ADD, cpu)
         self._observation_specs = self.engine.manifest.observation_inputs
         self._noise_names = {s.name for s in self.engine.manifest.noise_inputs}
+        self.prefix = prefix_inputs(self.engine.manifest)
         try:
             self.tasks = task_encoder(self.engine)
         except BaseException:
@@ -343,6 +356,7 @@ class PolicyServer:
         self._worker.swap_engine(engine)
         self.engine = engine
         self.tasks = tasks
+        self.prefix = prefix_inputs(new)
         self.info = policy_info(engine, self.max_message_bytes, self.config.queue_depth)
         self._hello_body = self.info.to_wire()
 
@@ -544,10 +558,11 @@ class PolicyServer:
             frame = validate_inputs(self._observation_specs, request.observation)
             check_finite(self._observation_specs, frame, self.config.allow_non_finite)
             language = self._language(request.task)
+            prefix = self._prefix_arrays(request.rtc)
         except InputValidationError as e:  # answered bad_input by _handle; nothing is queued
             raise BadInputError(str(e), field=e.field, expected=e.expected, received=e.received) from None
         inputs = self.history.assemble(
-            (index, envelope[0]), frame, received_at, reset=request.reset, language=language
+            (index, envelope[0]), frame, received_at, reset=request.reset, language=language, prefix=prefix
         )
         job = Job(index, envelope, request.id, inputs, received_at)
         result = self.queue.put(job)
@@ -581,6 +596,16 @@ class PolicyServer:
                     expected="not sent (send task)",
                     received=f"{spec.name} sent",
                 )
+        # The prefix inputs are the server's to make, from the request's leftover and delay.
+        for spec in self.engine.manifest.inputs:
+            if spec.role in RTC_ROLES and spec.name in observation:
+                raise InputValidationError(
+                    f"input {spec.name!r}: the server makes this policy's real-time chunking inputs itself; send "
+                    "the leftover actions as body.prefix and the delay as body.delay",
+                    field=spec.name,
+                    expected="not sent (send prefix and delay)",
+                    received=f"{spec.name} sent",
+                )
         # One source of sampling noise: the server's generator (seedable), never the network.
         for name in self._noise_names:
             if name in observation:
@@ -606,6 +631,21 @@ class PolicyServer:
             raise error
         return tasks.encode(task) if tasks is not None else ()
 
+    @property
+    def takes_prefix(self) -> bool:
+        """True for a policy with real-time chunking: requests may carry the previous chunk's leftover."""
+        return self.engine.manifest.rtc is not None
+
+    def _prefix_arrays(self, fields: PrefixFields | None) -> tuple[Any, ...]:
+        """The prefix inputs for a real-time chunking policy, () for another; raises InputValidationError
+        naming the field for a leftover, delay or setting this policy cannot take."""
+        fields = fields or PrefixFields()
+        prefix = self.prefix
+        error = refuse_on_policy_without(fields) if prefix is None else prefix.error(fields)
+        if error is not None:
+            raise error
+        return prefix.arrays(fields) if prefix is not None else ()
+
     def submit_local(
         self,
         inputs: list[Any],
@@ -613,6 +653,7 @@ class PolicyServer:
         *,
         reset: bool = False,
         task: str | None = None,
+        rtc: PrefixFields | None = None,
     ) -> bool:
         """Queue an inference for the control loop, ahead of network clients (the arm waits on it).
 
@@ -621,18 +662,23 @@ class PolicyServer:
         them (``reset``: this observation starts a new history). ``task``: the instruction, which a
         language policy (:attr:`takes_task`) needs with every call and any other policy refuses; a
         bad task is reported through ``on_done`` (``"bad_input: task: ..."``) before this returns
-        True, and nothing is queued. ``on_done`` runs on the worker thread (or, for a refused task,
-        on the caller's). Returns False when the server is not taking work.
+        True, and nothing is queued. ``rtc``: the plan's leftover and the delay (a policy with real-time
+        chunking, :attr:`takes_prefix`), refused the same way as a task. ``on_done`` runs on the worker
+        thread (or, for a refused task or prefix, on the caller's). Returns False when the server is not
+        taking work.
         """
         if not self._accepting:
             return False
         now = time.monotonic()
         try:
             language = self._language(task)
+            prefix = self._prefix_arrays(rtc)
         except InputValidationError as e:
             on_done(None, f"bad_input: {e}")
             return True
-        program_inputs = self.history.assemble(LOCAL_CLIENT, inputs, now, reset=reset, language=language)
+        program_inputs = self.history.assemble(
+            LOCAL_CLIENT, inputs, now, reset=reset, language=language, prefix=prefix
+        )
         job = Job(-1, [b"control-loop"], 0, program_inputs, now, on_done)
         result = self.queue.put(job, front=True)
         if result.superseded is not None and result.superseded.on_done is not None:

@@ -20,7 +20,7 @@ from drivers.sim.arm import SimArm
 from runtime.bundle.bundle import Bundle
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
-from runtime.control.feed import StreamFeed
+from runtime.control.feed import Prefix, StreamFeed
 from runtime.control.loop import ControlLoop
 from runtime.control.streams import ObservationStreams
 from runtime.producers.camera import CameraPublisher, SyntheticSource
@@ -104,11 +104,18 @@ class ScriptedInference:
         self.error: str | None = None
         self.resets: list[int] = []  # the calls that started a new observation history
         self.observed: list[tuple[int, bool]] = []  # (calls so far, reset) per observation without a call
+        self.prefixes: list[Prefix | None] = []  # what each call carried (real-time chunking)
 
     def submit(
-        self, inputs: list[np.ndarray], on_done: Callable[[Any, str | None], None], *, reset: bool = False
+        self,
+        inputs: list[np.ndarray],
+        on_done: Callable[[Any, str | None], None],
+        *,
+        reset: bool = False,
+        prefix: Prefix | None = None,
     ) -> bool:
         self.calls += 1
+        self.prefixes.append(prefix)
         if reset:
             self.resets.append(self.calls)
         n = self.calls

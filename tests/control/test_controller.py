@@ -6,6 +6,8 @@ test_controller_modes.py`` goes through the mode machine on a smaller arm."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -34,11 +36,13 @@ class Torque:
 class Feed:
     def __init__(self) -> None:
         self.asked: list[tuple[np.ndarray, bool]] = []
+        self.prefixes: list[Any] = []  # the Prefix each request carried (None: none)
         self.done = None
         self.gate: Blocked | None = None
 
-    def submit(self, state, on_done, *, reset=False):  # type: ignore[no-untyped-def]
+    def submit(self, state, on_done, *, reset=False, prefix=None):  # type: ignore[no-untyped-def]
         self.asked.append((state, reset))
+        self.prefixes.append(prefix)
         self.done = on_done
         return True
 

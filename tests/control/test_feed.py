@@ -71,12 +71,14 @@ class Streams:
 class Inference:
     def __init__(self, accept: bool = True) -> None:
         self.submitted: list[tuple[list[np.ndarray], bool]] = []
+        self.prefixes: list[Any] = []
         self.observed: list[tuple[list[np.ndarray], bool]] = []
         self.accept = accept
         self.failed: str | None = None
 
-    def submit(self, inputs: list[np.ndarray], on_done: Any, *, reset: bool = False) -> bool:
+    def submit(self, inputs: list[np.ndarray], on_done: Any, *, reset: bool = False, prefix: Any = None) -> bool:
         self.submitted.append((inputs, reset))
+        self.prefixes.append(prefix)
         self.on_done = on_done
         return self.accept
 

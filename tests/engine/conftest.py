@@ -99,3 +99,22 @@ def smolvla_bundle(smolvla_checkpoint: Path, smolvla_vlm: Path, tmp_path_factory
     os.sched_setaffinity(0, before)
     assert status == 0
     return out
+
+
+# LeRobot's RTC settings the RTC checkpoint carries: a horizon short of its 10-step chunk and a cap
+# other than LeRobot's default, so the tests see them come from the checkpoint
+SMOLVLA_RTC = {"execution_horizon": 6, "max_guidance_weight": 8.0}
+
+
+@pytest.fixture(scope="session")
+def smolvla_rtc_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny SmolVLA (the same random weights as ``smolvla_checkpoint``) with real-time chunking
+    enabled in its config; its VLM directory is ``<checkpoint>.vlm``, named in the config."""
+    from runtime.policies.smolvla_checkpoint import write_smolvla
+
+    return write_smolvla(tmp_path_factory.mktemp("lerobot") / "smolvla_rtc", "tiny", rtc=SMOLVLA_RTC)
+
+
+@pytest.fixture(scope="session")
+def smolvla_rtc_bundle(smolvla_rtc_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _export(smolvla_rtc_checkpoint, tmp_path_factory.mktemp("bundles") / "smolvla_rtc")

@@ -189,7 +189,15 @@ def test_the_four_kinds_decode() -> None:
         ),
         (
             [pack({"v": 1, "id": 3, "kind": "infer", "body": {"observation": {}, "extra": 1}})],
-            ("bad_request", "infer body: unknown key 'extra'", "body.extra", "observation, reset, task", "extra", 3),
+            (
+                "bad_request",
+                "infer body: unknown key 'extra'",
+                "body.extra",
+                "observation, reset, task, prefix, delay, execution_horizon, prefix_attention_schedule, "
+                "max_guidance_weight",
+                "extra",
+                3,
+            ),
         ),
         (
             [pack({"v": 1, "id": 3, "kind": "infer", "body": {"observation": {}, "reset": 1}})],

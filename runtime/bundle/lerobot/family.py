@@ -3,7 +3,8 @@
 The generic graph (runtime.bundle.lerobot.graph) does what every LeRobot policy shares: uint8
 cameras to float channels-first, the preprocessor's normalisation, the batch of one, the
 postprocessor's un-normalisation. A family supplies the rest: the LeRobot class, what it refuses, the
-steps it serves, the noise it takes and the normalised chunk LeRobot's inference computes.
+steps it serves, the noise it takes, the previous chunk it may be guided by (real-time chunking) and
+the normalised chunk LeRobot's inference computes.
 """
 
 from __future__ import annotations
@@ -58,6 +59,26 @@ class Family:
         """The program's noise inputs (name -> shape), standard normals the server draws per request."""
         return {}
 
+    def prefix_inputs(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Real-time chunking's inputs (name -> shape, role: ``prefix``, ``prefix_weights``, ``guidance``),
+        filled by the server from a request's leftover and delay; {} for a policy without them."""
+        return {}
+
+    def rtc(self) -> dict[str, Any] | None:
+        """For a policy that takes a prefix: ``export_bundle``'s ``rtc`` (the RtcEntry fields)."""
+        return None
+
+    def example_prefix(self) -> dict[str, torch.Tensor]:
+        """The test case's prefix inputs: a leftover in the action's units, its weights and cap."""
+        return {}
+
     def predict(self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor]) -> torch.Tensor:
         """The normalised chunk for a normalised, batched observation: (1, steps, action_dim)."""
+        raise NotImplementedError
+
+    def predict_guided(
+        self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor], prefix: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """:meth:`predict` guided by the previous chunk: ``prefix`` holds the prefix inputs as the program
+        takes them (the leftover in the action's units, ``[chunk_size, action_dim]``)."""
         raise NotImplementedError

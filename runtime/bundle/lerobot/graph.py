@@ -3,7 +3,8 @@
 Inputs are unbatched and in the checkpoint's feature order, named as LeRobot names them
 (``observation.images.front``, ``observation.state``): cameras as ``uint8`` [H, W, 3], the rest as
 float32, then the family's language inputs (a task's tokens, filled by the server), then its noise
-inputs. Policies that look at ``n_obs_steps > 1`` observations take
+inputs, then its prefix inputs (real-time chunking: the previous chunk's leftover in the action's
+units, its per-step weights and the guidance cap). Policies that look at ``n_obs_steps > 1`` observations take
 each observation input with that many frames first ([n_obs_steps, H, W, 3]); the server keeps the
 history (see runtime.server.history).
 """
@@ -34,6 +35,7 @@ class LeRobotGraph(nn.Module):
         self.names = [f.name for f in ckpt.inputs]
         self.language_names = list(family.language_inputs())
         self.noise_names = list(family.noise_inputs())
+        self.prefix_roles = {name: role for name, (_, role) in family.prefix_inputs().items()}
         self.images = {f.name for f in ckpt.inputs if f.type == "VISUAL"}
         self.n_action_steps = n_action_steps
         self.first_step = family.first_step()
@@ -50,8 +52,10 @@ class LeRobotGraph(nn.Module):
         rest = inputs[len(self.names) :]
         for name, x in zip(self.language_names, rest[: len(self.language_names)], strict=True):
             batch[name] = x.unsqueeze(0)  # tokens and their mask: not normalised
-        noise = dict(zip(self.noise_names, rest[len(self.language_names) :], strict=True))
-        actions = self.family.predict(batch, noise)
+        rest = rest[len(self.language_names) :]
+        noise = dict(zip(self.noise_names, rest[: len(self.noise_names)], strict=True))
+        prefix = dict(zip(self.prefix_roles, rest[len(self.noise_names) :], strict=True))
+        actions = self.family.predict_guided(batch, noise, prefix) if prefix else self.family.predict(batch, noise)
         actions = self.unnormalizer._normalize_action(actions, inverse=True)
         out: torch.Tensor = actions[0, self.first_step : self.first_step + self.n_action_steps]
         return out
@@ -85,4 +89,5 @@ def example_inputs(family: Family, seed: int = 0) -> dict[str, torch.Tensor]:
     out.update(family.example_language())
     for name, shape in family.noise_inputs().items():
         out[name] = torch.randn(*shape, generator=gen)
+    out.update(family.example_prefix())
     return out

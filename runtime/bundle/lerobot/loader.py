@@ -62,11 +62,13 @@ def resolve_vlm(ckpt: Checkpoint, vlm_dir: str | Path | None) -> Path:
         ) from e
 
 
-def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None) -> LoadedCheckpoint:
+def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None, rtc: bool = False) -> LoadedCheckpoint:
     """Load weights and processors from the local directory (no hub access).
 
     A SmolVLA checkpoint's VLM (config, processor, tokenizer; its weights when the checkpoint says
     ``load_vlm_weights``, as LeRobot loads them) comes from a local directory (see :func:`resolve_vlm`).
+    ``rtc``: SmolVLA with real-time chunking enabled (its ``rtc_config``, or LeRobot's defaults when
+    the checkpoint has none), as LeRobot's own RTC inference sets it.
     """
     import_lerobot()
     from lerobot.processor import NormalizerProcessorStep, PolicyProcessorPipeline, UnnormalizerProcessorStep
@@ -81,6 +83,12 @@ def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None) -> L
         vlm = str(resolve_vlm(ckpt, vlm_dir).resolve())
         config = PreTrainedConfig.from_pretrained(str(ckpt.path), local_files_only=True)
         config.vlm_model_name = vlm
+        if rtc:
+            from lerobot.policies.rtc.configuration_rtc import RTCConfig
+
+            if config.rtc_config is None:
+                config.rtc_config = RTCConfig()
+            config.rtc_config.enabled = True
         kwargs["config"] = config
         overrides["tokenizer_processor"] = {"tokenizer_name": vlm}
     # LeRobot prints "Loading weights from local directory" to stdout, which belongs to --json output

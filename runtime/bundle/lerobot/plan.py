@@ -29,8 +29,12 @@ def lerobot_export_plan(
     action_names: tuple[str, ...] | None = None,
     policy_name: str | None = None,
     vlm_dir: str | Path | None = None,
+    rtc: bool = False,
 ) -> tuple[Callable[[], tuple[Any, dict[str, Any]]], dict[str, Any]]:
-    """The factory (graph and example inputs) and the ``export_bundle`` keywords for a checkpoint."""
+    """The factory (graph and example inputs) and the ``export_bundle`` keywords for a checkpoint.
+
+    ``rtc``: real-time chunking, as if the checkpoint's ``rtc_config.enabled`` were true (SmolVLA);
+    a checkpoint that enables it gets it without."""
     ckpt = read_checkpoint(checkpoint)
     dim = ckpt.action.shape[0]
     names = action_names or joint_names(ckpt)
@@ -47,7 +51,12 @@ def lerobot_export_plan(
         raise ExportError(f"--action-names: the action has {dim} values per step, {len(names)} names given")
     if vlm_dir is not None and ckpt.policy_type != "smolvla":
         raise ExportError(f"--vlm-dir: applies to SmolVLA checkpoints; {ckpt.path} is a {ckpt.policy_type} policy")
-    loaded = load_checkpoint(ckpt, vlm_dir=vlm_dir)
+    if rtc and ckpt.policy_type != "smolvla":
+        raise ExportError(
+            f"--rtc: real-time chunking guides a flow-matching policy's sampling (SmolVLA); {ckpt.path} is a "
+            f"{ckpt.policy_type} policy"
+        )
+    loaded = load_checkpoint(ckpt, vlm_dir=vlm_dir, rtc=rtc)
     family = family_class(ckpt.policy_type)(loaded)
     family.check()
     limit = family.usable_steps()
@@ -85,9 +94,22 @@ def lerobot_export_plan(
             **{f.name: FEATURE_ROLES[f.type] for f in ckpt.inputs},
             **{name: "language" for name in family.language_inputs()},
             **{name: "noise" for name in family.noise_inputs()},
+            **{name: role for name, (_, role) in family.prefix_inputs().items()},
         },
         "observation_history": ckpt.n_obs_steps,
     }
+    rtc_entry = family.rtc()
+    if rtc_entry is not None:
+        kwargs["rtc"] = rtc_entry
+        kwargs["source"]["rtc"] = {k: rtc_entry[k] for k in ("execution_horizon", "prefix_attention_schedule")}
+        log.info(
+            "real-time chunking: the program takes the previous chunk's leftover (%s, horizon %d, %s schedule, "
+            "guidance cap %g)",
+            rtc_entry["prefix_input"],
+            rtc_entry["execution_horizon"],
+            rtc_entry["prefix_attention_schedule"],
+            rtc_entry["max_guidance_weight"],
+        )
     language = family.language()
     if language is not None:
         kwargs["language"] = language
@@ -107,12 +129,18 @@ def export_lerobot(
     tolerance: Mapping[str, float] | None = None,
     policy_name: str | None = None,
     vlm_dir: str | Path | None = None,
+    rtc: bool = False,
 ) -> Any:
     """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
     from runtime.bundle.export import export_bundle
 
     factory, kwargs = lerobot_export_plan(
-        checkpoint, n_action_steps=n_action_steps, action_names=action_names, policy_name=policy_name, vlm_dir=vlm_dir
+        checkpoint,
+        n_action_steps=n_action_steps,
+        action_names=action_names,
+        policy_name=policy_name,
+        vlm_dir=vlm_dir,
+        rtc=rtc,
     )
     return export_bundle(
         factory,

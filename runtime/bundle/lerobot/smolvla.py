@@ -17,6 +17,23 @@ Inputs beside the cameras and the state:
 * ``noise`` (float32 ``[chunk_size, max_action_dim]``): the flow's initial sample, which LeRobot draws
   with ``torch.normal`` when none is given; the server draws it per request, as for Diffusion Policy.
 
+With real-time chunking (``rtc_config.enabled``, or ``export --rtc``) three more, filled by the server
+from a request's leftover and delay (runtime.server.rtc):
+
+* ``rtc.prefix`` (float32 ``[chunk_size, action_dim]``): the previous chunk's leftover in the action's
+  units, normalised in the graph and padded to ``max_action_dim`` with zeros as LeRobot pads it;
+* ``rtc.prefix_weights`` (float32 ``[chunk_size]``): LeRobot's ``get_prefix_weights`` for the delay,
+  the horizon and the schedule (runtime.bundle.rtc); all zero, the flow samples as without RTC;
+* ``rtc.max_guidance_weight`` (float32 ``[1]``): LeRobot's cap on the guidance weight.
+
+Each flow step is then LeRobot's ``RTCProcessor.denoise_step`` in closed form (``_guided_step``).
+LeRobot computes its correction with ``torch.autograd.grad`` of ``x1_t = x_t - time * v_t`` with
+respect to ``x_t``, but evaluates the denoiser before ``x_t`` requires its gradient, so ``v_t`` is a
+constant to autograd and the correction is the weighted error itself: no gradient through the
+denoiser is part of LeRobot's numbers, and the step is plain arithmetic that torch.export takes
+(``torch.autograd.grad`` it refuses). ``check`` compares the closed form with LeRobot's own
+``denoise_step`` before tracing, so a LeRobot release that computes it another way is refused.
+
 Two pieces are traced in another form with the same numbers, each checked against the original
 before tracing (``check``):
 
@@ -45,10 +62,12 @@ before tracing (``check``):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 from unittest import mock
 
+import numpy as np
 import torch
 
 from runtime.bundle.lerobot.family import Family
@@ -57,6 +76,12 @@ from runtime.errors import ExportError
 OBS_LANGUAGE_TOKENS: Final = "observation.language.tokens"
 OBS_LANGUAGE_MASK: Final = "observation.language.attention_mask"
 NOISE_INPUT: Final = "noise"
+PREFIX_INPUT: Final = "rtc.prefix"
+WEIGHTS_INPUT: Final = "rtc.prefix_weights"
+GUIDANCE_INPUT: Final = "rtc.max_guidance_weight"
+# the test case's leftover: this many actions of the previous plan left, the next chunk this late
+EXAMPLE_LEFTOVER_FRACTION: Final = 0.6
+EXAMPLE_DELAY: Final = 2
 # the bundle's test case asks for this task (any task would do: it is what the parity replay runs)
 EXAMPLE_TASK: Final = "Pick up the red cube and place it in the box."
 
@@ -204,6 +229,75 @@ def _static_vision_positions(embeddings: Any, position_ids: torch.Tensor) -> Ite
         yield
 
 
+def _guidance_weight(time: float, cap: torch.Tensor) -> torch.Tensor:
+    """LeRobot's guidance weight at flow time ``time`` (1 -> 0), capped at ``cap``.
+
+    Its part that depends on ``time`` alone is a constant of the graph, computed here in float32 as
+    LeRobot computes it (``torch.as_tensor(tau)``, float32 arithmetic in the same order)."""
+    tau = np.float32(1 - time)
+    if tau == 0:  # LeRobot: c = inf, nan_to_num(posinf=cap) -> cap, and cap * inv_r2 (= 1) -> cap
+        return cap
+    one = np.float32(1)
+    squared_one_minus_tau = (one - tau) * (one - tau)
+    inv_r2 = (squared_one_minus_tau + tau * tau) / squared_one_minus_tau
+    return cap.clamp(max=float((one - tau) / tau * inv_r2))
+
+
+def _guided_step(
+    x_t: torch.Tensor,
+    time: float,
+    denoise: Any,
+    prev: Callable[[], torch.Tensor],
+    weights: torch.Tensor,
+    cap: torch.Tensor,
+) -> torch.Tensor:
+    """LeRobot's ``RTCProcessor.denoise_step`` with the correction in closed form (see the module's doc).
+    ``prev()``: the leftover, normalised and padded to ``x_t``'s shape."""
+    v_t: torch.Tensor = denoise(x_t)
+    x1_t = x_t - time * v_t
+    correction = (prev() - x1_t) * weights.reshape(1, -1, 1)
+    return v_t - _guidance_weight(time, cap) * correction
+
+
+def _check_guidance(rtc_config: Any) -> None:
+    """The closed form against LeRobot's own ``denoise_step`` (autograd and all), on a nonlinear denoiser."""
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+    from lerobot.policies.rtc.modeling_rtc import RTCProcessor
+
+    from runtime.bundle.rtc import prefix_weights
+
+    gen = torch.Generator().manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 5))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    config = RTCConfig(
+        enabled=True,
+        prefix_attention_schedule=rtc_config.prefix_attention_schedule,
+        max_guidance_weight=float(rtc_config.max_guidance_weight),
+        execution_horizon=int(rtc_config.execution_horizon),
+    )
+    processor = RTCProcessor(config)
+    chunk, steps, delay = 8, 6, 2
+    x_t = torch.randn(1, chunk, 5, generator=gen)
+    leftover = torch.randn(1, steps, 4, generator=gen)
+    prev = torch.zeros(1, chunk, 5)
+    prev[:, :steps, :4] = leftover
+    schedule = str(getattr(config.prefix_attention_schedule, "value", config.prefix_attention_schedule))
+    weights = torch.from_numpy(prefix_weights(delay, config.execution_horizon, chunk, schedule, steps))
+    cap = torch.tensor([config.max_guidance_weight])
+    for time in (1.0, 0.7, 0.4, 0.1):
+        want = processor.denoise_step(x_t, leftover, delay, time, net).detach()
+        with torch.no_grad():
+            got = _guided_step(x_t, time, net, lambda: prev, weights, cap)
+        error = float((got - want).abs().max())
+        if not error <= 1e-5 * (1 + float(want.abs().max())):
+            raise ExportError(
+                f"SmolVLA RTC: LeRobot's guided denoise step differs from the exported one by {error:.3g} at time "
+                f"{time}; this LeRobot release computes the guidance another way"
+            )
+
+
 class SmolvlaFamily(Family):
     policy_type = "smolvla"
     policy_class = ("lerobot.policies.smolvla.modeling_smolvla", "SmolVLAPolicy")
@@ -216,14 +310,37 @@ class SmolvlaFamily(Family):
     def _vision_embeddings(self) -> Any:
         return self.policy.model.vlm_with_expert.get_vlm_model().vision_model.embeddings
 
+    @property
+    def rtc_enabled(self) -> bool:
+        cfg = self.policy.config.rtc_config
+        return cfg is not None and bool(cfg.enabled)
+
+    def _rtc_fields(self) -> tuple[int, str, float]:
+        cfg = self.policy.config.rtc_config
+        schedule = str(getattr(cfg.prefix_attention_schedule, "value", cfg.prefix_attention_schedule))
+        return int(cfg.execution_horizon), schedule, float(cfg.max_guidance_weight)
+
+    def _check_rtc(self) -> None:
+        from runtime.bundle.rtc import SCHEDULES
+
+        where = self.checkpoint.path / "config.json"
+        horizon, schedule, cap = self._rtc_fields()
+        if horizon < 1:
+            raise ExportError(f"{where}: field 'rtc_config.execution_horizon': expected >= 1 step, got {horizon}")
+        if schedule not in SCHEDULES:
+            raise ExportError(
+                f"{where}: field 'rtc_config.prefix_attention_schedule': expected one of {', '.join(SCHEDULES)}, "
+                f"got {schedule!r}"
+            )
+        if not (cap > 0 and math.isfinite(cap)):
+            raise ExportError(f"{where}: field 'rtc_config.max_guidance_weight': expected > 0, got {cap}")
+        _check_guidance(self.policy.config.rtc_config)
+
     def check(self) -> None:
         cfg = self.policy.config
         where = self.checkpoint.path / "config.json"
-        if cfg.rtc_config is not None and cfg.rtc_config.enabled:
-            raise ExportError(
-                f"{where}: field 'rtc_config.enabled': expected false (real-time chunking guides the flow with "
-                "the previous chunk's leftover, which this program does not take), got true"
-            )
+        if self.rtc_enabled:
+            self._check_rtc()
         if cfg.adapt_to_pi_aloha:
             raise ExportError(f"{where}: field 'adapt_to_pi_aloha': expected false (Aloha's conversions), got true")
         if cfg.empty_cameras:
@@ -340,9 +457,99 @@ class SmolvlaFamily(Family):
         cfg = self.policy.config
         return {NOISE_INPUT: (int(cfg.chunk_size), int(cfg.max_action_dim))}
 
+    def prefix_inputs(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        if not self.rtc_enabled:
+            return {}
+        cfg = self.policy.config
+        chunk, dim = int(cfg.chunk_size), int(self.checkpoint.action.shape[0])
+        return {
+            PREFIX_INPUT: ((chunk, dim), "prefix"),
+            WEIGHTS_INPUT: ((chunk,), "prefix_weights"),
+            GUIDANCE_INPUT: ((1,), "guidance"),
+        }
+
+    def rtc(self) -> dict[str, Any] | None:
+        if not self.rtc_enabled:
+            return None
+        horizon, schedule, cap = self._rtc_fields()
+        return {
+            "prefix_input": PREFIX_INPUT,
+            "weights_input": WEIGHTS_INPUT,
+            "guidance_input": GUIDANCE_INPUT,
+            "chunk_size": int(self.policy.config.chunk_size),
+            "execution_horizon": horizon,
+            "prefix_attention_schedule": schedule,
+            "max_guidance_weight": cap,
+        }
+
+    def example_prefix(self) -> dict[str, torch.Tensor]:
+        """A leftover of a few steps drawn around the action's statistics, weighted for a short delay."""
+        if not self.rtc_enabled:
+            return {}
+        from runtime.bundle.rtc import prefix_weights
+
+        chunk = int(self.policy.config.chunk_size)
+        dim = int(self.checkpoint.action.shape[0])
+        steps = max(1, round(EXAMPLE_LEFTOVER_FRACTION * self.default_steps()))
+        gen = torch.Generator().manual_seed(1)
+        leftover = torch.randn(steps, dim, generator=gen)
+        s = self.loaded.unnormalizer._tensor_stats.get(self.checkpoint.action.name, {})
+        if "mean" in s and "std" in s:
+            leftover = leftover * s["std"].float() + s["mean"].float()
+        prefix = torch.zeros(chunk, dim)
+        prefix[:steps] = leftover
+        horizon, schedule, cap = self._rtc_fields()
+        weights = prefix_weights(min(EXAMPLE_DELAY, steps), horizon, chunk, schedule, steps)
+        return {
+            PREFIX_INPUT: prefix,
+            WEIGHTS_INPUT: torch.from_numpy(weights),
+            GUIDANCE_INPUT: torch.tensor([cap], dtype=torch.float32),
+        }
+
     def predict(self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor]) -> torch.Tensor:
         assert self.position_ids is not None, "check() computes the vision position ids before tracing"
         with _traceable(self._vision_embeddings(), self.position_ids, self.resize):
+            out: torch.Tensor = self.policy.predict_action_chunk(batch, noise=noise[NOISE_INPUT].unsqueeze(0))
+        return out
+
+    def predict_guided(
+        self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor], prefix: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """LeRobot's RTC path (``predict_action_chunk`` with ``rtc_config.enabled``), every flow step through
+        ``_guided_step`` with the leftover, weights and cap the program takes."""
+        assert self.position_ids is not None, "check() computes the vision position ids before tracing"
+        width = int(self.policy.config.max_action_dim) - int(self.checkpoint.action.shape[0])
+        weights, cap = prefix[WEIGHTS_INPUT], prefix[GUIDANCE_INPUT]
+        normalised: list[torch.Tensor] = []
+
+        def leftover() -> torch.Tensor:
+            # Made at its first use, in the first flow step: the program's inputs are then first read in
+            # their own order (noise before the leftover), which is the order the one OpenVINO delegate
+            # takes them in, and the openvino engine feeds them in.
+            if not normalised:
+                # in the wire's units: normalised as LeRobot's queue keeps the policy's own chunk, then
+                # padded to the model's action width with zeros, as RTCProcessor pads it
+                x = self.loaded.unnormalizer._normalize_action(prefix[PREFIX_INPUT].unsqueeze(0), inverse=False)
+                normalised.append(torch.cat([x, torch.zeros(*x.shape[:-1], width)], dim=-1) if width > 0 else x)
+            return normalised[0]
+
+        def guided(
+            x_t: torch.Tensor,
+            prev_chunk_left_over: Any,
+            inference_delay: Any,
+            time: float,
+            original_denoise_step_partial: Any,
+            execution_horizon: Any = None,
+        ) -> torch.Tensor:
+            return _guided_step(x_t, time, original_denoise_step_partial, leftover, weights, cap)
+
+        processor = self.policy.model.rtc_processor
+        with (
+            _traceable(self._vision_embeddings(), self.position_ids, self.resize),
+            mock.patch.object(processor, "denoise_step", guided),
+        ):
+            # with RTC enabled, sample_actions hands every flow step to the processor's denoise_step, here
+            # ``guided``, which holds the leftover, weights and cap itself
             out: torch.Tensor = self.policy.predict_action_chunk(batch, noise=noise[NOISE_INPUT].unsqueeze(0))
         return out
 
