@@ -51,7 +51,7 @@ class Feed:
             raise RuntimeError(self.fails)
         return self.gate
 
-    def submit(self, state: np.ndarray, on_done: Any, *, reset: bool = False) -> bool:
+    def submit(self, state: np.ndarray, on_done: Any, *, reset: bool = False, prefix: Any = None) -> bool:
         self.submitted.append((state, on_done, reset))
         return self.accept
 
