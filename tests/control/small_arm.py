@@ -75,6 +75,7 @@ class Feed:
 
     def __init__(self) -> None:
         self.submitted: list[tuple[np.ndarray, bool]] = []
+        self.prefixes: list[Any] = []
         self.observed: list[tuple[np.ndarray, bool]] = []
         self.callbacks: list[Any] = []
         self.accept = True
@@ -82,8 +83,9 @@ class Feed:
         self.gone: str | None = None
         self.blocked_at: list[float] = []
 
-    def submit(self, state: np.ndarray, on_done: Any, *, reset: bool = False) -> bool:
+    def submit(self, state: np.ndarray, on_done: Any, *, reset: bool = False, prefix: Any = None) -> bool:
         self.submitted.append((state, reset))
+        self.prefixes.append(prefix)
         self.callbacks.append(on_done)
         return self.accept
 
