@@ -9,6 +9,7 @@ that only says how it ended.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -136,11 +137,13 @@ def test_a_new_link_has_no_process_and_the_loops_figures() -> None:
     assert arm.snapshot().scheduling == "not started" and arm.stalled_for(1e9) == 0.0
     assert arm.teleop.config.deadman_ms == 150.0 and arm.teleop.received == 0 and arm.teleop.out_of_order == 0
     assert arm.send({"t": "gate"}) is False  # no link yet
+    assert arm.arm_config == ArmConfig() and arm.config.rate_hz == 0.0 and arm.manifest.action_names == JOINTS
     assert arm.shutdown() is True  # nothing was started
 
 
 def test_a_message_the_link_cannot_carry_now_is_counted(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, theirs, _ = rig
+    assert arm.record is False  # unless recording is configured
     assert arm.send({"t": "gate", "blocked": None}) is True and got(theirs) == [{"t": "gate", "blocked": None}]
     pad = {"t": "x", "pad": b"x" * 60_000}
     while arm.send(pad):
@@ -221,11 +224,12 @@ def test_a_tick_carries_the_episode_record_and_its_end(rig: tuple[ArmLink, Link,
     arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.0, [1.0], [2.0], None, "hold", False]})  # no tap: ignored
     tap = Episodes()
     arm.episodes = tap
-    arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.5, [1.0, 2.0], [3.0, 4.0], None, "policy", True]})
+    arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.5, [1.0, 2.0], [3.0, 4.0], [5, 6], "policy", True]})
     arm._dispatch({"t": "tick", "snap": snap(), "ep": None, "episode_end": True})
     [(now, present, goal, requested, source, intervention)] = tap.ticks
-    assert (now, requested, source, intervention) == (1.5, None, "policy", True)
+    assert (now, source, intervention) == (1.5, "policy", True)
     assert present.dtype == np.float64 and present.tolist() == [1.0, 2.0] and goal.tolist() == [3.0, 4.0]
+    assert requested.dtype == np.float64 and requested.tolist() == [5.0, 6.0]
     assert tap.ended == 1
     arm._dispatch({"t": "tick", "snap": snap(), "ep": None, "episode_end": False})
     assert tap.ended == 1 and len(tap.ticks) == 1
@@ -258,8 +262,9 @@ def test_an_observation_goes_to_the_feed(rig: tuple[ArmLink, Link, Feed]) -> Non
     arm, _, feed = rig
     state = np.array([4.0, 5.0, 6.0], dtype=np.float32)
     arm._dispatch({"t": "obs", "state": pack_array(state), "reset": 0})
-    [(got_state, reset)] = feed.observed
-    assert got_state.tolist() == [4.0, 5.0, 6.0] and reset is False
+    arm._dispatch({"t": "obs", "state": pack_array(state), "reset": 1})
+    [(got_state, reset), (_, reset_again)] = feed.observed
+    assert got_state.tolist() == [4.0, 5.0, 6.0] and reset is False and reset_again is True
 
 
 def test_the_arms_events_status_and_requests_land_on_the_daemons_side(rig: tuple[ArmLink, Link, Feed]) -> None:
@@ -379,16 +384,21 @@ def test_an_estop_is_numbered_after_every_latch_the_arm_has_given_out(rig: tuple
     assert arm.request_estop("button").id == 5 and arm.request_estop("again").id == 6
     arm._dispatch({"t": "tick", "snap": snap(latches_taken=0, latch=Latch(9, "fault", 1.0))})
     assert arm.request_estop("third").id == 10
+    arm._dispatch({"t": "tick", "snap": snap(latches_taken=11)})
+    assert arm.request_estop("the next number is the arm's newest").id == 12
 
 
-def test_the_handlers_checks_are_the_loops_on_the_arms_snapshot(rig: tuple[ArmLink, Link, Feed]) -> None:
+def test_the_handlers_checks_are_the_loops_on_the_arms_snapshot(
+    rig: tuple[ArmLink, Link, Feed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     arm, _, feed = rig
+    monkeypatch.setattr(link_module.time, "monotonic", lambda: 77.0)
     feed.gate = Blocked("untrusted", "policy not trusted: x")
     with pytest.raises(ControlRefused, match=r"^policy not trusted: x$"):
         arm.check("start")
     arm.check("teleop")
     arm.check("stop")
-    assert len(feed.blocked_at) == 1
+    assert feed.blocked_at == [77.0]
     arm._dispatch({"t": "tick", "snap": snap(arm_error="no reply from servo 2")})
     with pytest.raises(ControlRefused, match=r"^the arm is failing: no reply from servo 2$"):
         arm.check("teleop")
@@ -414,6 +424,7 @@ def test_a_dead_arm_process_refuses_everything_but_a_release(rig: tuple[ArmLink,
 def test_requests_are_sent_as_words(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, theirs, _ = rig
     arm.request("start", "op")
+    arm.request("stop")
     arm.request("release", "op", 4)
     arm.request(Start("st"))
     arm.request(Release("st", 2), "ignored", 9)
@@ -422,6 +433,7 @@ def test_requests_are_sent_as_words(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm.request(Shutdown())
     assert got(theirs) == [
         {"t": "cmd", "word": "start", "who": "op", "latch": 0},
+        {"t": "cmd", "word": "stop", "who": "", "latch": 0},
         {"t": "cmd", "word": "release", "who": "op", "latch": 4},
         {"t": "cmd", "word": "start", "who": "st", "latch": 0},
         {"t": "cmd", "word": "release", "who": "st", "latch": 2},
@@ -535,7 +547,9 @@ def test_an_arm_process_that_dies_while_writing_a_recording_names_its_death(
 # --- status --------------------------------------------------------------------------------------------------
 
 
-def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(rig: tuple[ArmLink, Link, Feed]) -> None:
+def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(
+    rig: tuple[ArmLink, Link, Feed], monkeypatch: pytest.MonkeyPatch
+) -> None:
     arm, _, feed = rig
     arm.pid, arm.memory = 4242, "memory locked"
     arm._dispatch(
@@ -550,7 +564,9 @@ def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(ri
     feed.gate = Blocked("stale:front", "stale observation stream: front", ("front",))
     arm.episodes = Episodes()
     arm.link_dropped = 2
+    monkeypatch.setattr(link_module.time, "monotonic", lambda: 88.0)
     status = arm.status()
+    assert feed.blocked_at == [88.0]
     assert status == {
         "mode": "teleop",
         "source": "teleop",
@@ -598,10 +614,16 @@ def test_status_without_the_arms_map_yet_still_says_what_the_daemon_knows(rig: t
 # --- the link's thread ---------------------------------------------------------------------------------------
 
 
+def _thread_cpu_s(thread: threading.Thread) -> float:
+    """CPU seconds a thread of this process has used (user and system), from /proc."""
+    fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_the_links_thread_sends_the_gate_reads_the_arm_and_sees_it_die(
     rig: tuple[ArmLink, Link, Feed], caplog: pytest.LogCaptureFixture
 ) -> None:
-    arm, theirs, _ = rig
+    arm, theirs, feed = rig
     arm._proc = Proc(-signal.SIGKILL)  # type: ignore[assignment]
     thread = threading.Thread(target=arm._run, daemon=True)
     arm._thread = thread
@@ -612,6 +634,13 @@ def test_the_links_thread_sends_the_gate_reads_the_arm_and_sees_it_die(
         gates.extend(m for m in theirs.receive() if m["t"] == "gate")
         time.sleep(0.005)
     assert len(gates) >= 3  # every GATE_EVERY_S: the arm's sign that the daemon is alive
+    # between gates the thread sleeps in poll: over half a second, about 25 gates and next to no CPU
+    cpu_before = _thread_cpu_s(thread)
+    gates_before = len(feed.blocked_at)
+    time.sleep(0.5)
+    assert 10 <= len(feed.blocked_at) - gates_before <= 30
+    assert _thread_cpu_s(thread) - cpu_before < 0.1
+    assert all(abs(t - time.monotonic()) < 5 for t in feed.blocked_at)
     with caplog.at_level(logging.ERROR, logger="runtime.arm.link"):
         theirs.send({"t": "tick", "snap": {"broken": True}})  # a bug in handling one message
         theirs.send({"t": "status", "status": {"after": "the bug"}})
