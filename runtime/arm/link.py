@@ -189,6 +189,8 @@ class ArmLink:
             }
         )
         try:
+            # said at once: the arm process says more once it runs (a loaded machine takes a while to start it)
+            on_wait(f"starting the arm process for {self.arm_config.port}")
             self._handshake(should_stop, on_wait)
         except BaseException:
             self._kill()
@@ -231,6 +233,8 @@ class ArmLink:
                             return
             except LinkClosed:
                 code = self._proc.wait(5)
+                if terminated:  # asked to stop: ended by the SIGTERM, before its handler was even set up
+                    raise InterruptedError(f"stopped while waiting for the arm ({_exit_words(code)})") from None
                 raise ArmProcessError(f"the arm process ended before it had the arm ({_exit_words(code)})") from None
 
     # --- the link thread ------------------------------------------------------------------------

@@ -265,3 +265,33 @@ def test_the_arm_process_holds_no_network_inference_or_video_code_and_runs_two_t
         assert link.status()["gc"]["automatic"] is False
     finally:
         d.shutdown()
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.3])
+def test_a_stop_while_the_arm_process_starts_ends_the_wait_whenever_the_signal_lands(
+    short_dir: Path, demo_bundle: Path, after_s: float
+) -> None:
+    """systemd's stop can come before the arm process has set up its SIGTERM handler (still importing):
+    it then dies of the signal itself. Either way the daemon reads a stop, not a crashed arm process."""
+    from drivers.config import ArmConfig
+    from runtime.arm.link import ArmLink
+    from runtime.bundle.manifest import read_manifest
+    from runtime.control.config import ControlConfig
+    from runtime.teleop.config import TeleopConfig
+
+    waits: list[str] = []
+    asked = time.monotonic() + after_s
+    link = ArmLink(
+        arm=ArmConfig(kind="feetech", port=str(short_dir / "ttyACM9"), calibration=str(CALIBRATION)),
+        control=ControlConfig(rt_priority=0),
+        teleop=TeleopConfig(),
+        manifest=read_manifest(demo_bundle),
+        feed=None,  # type: ignore[arg-type]  # never asked: the arm never comes
+        cpu=None,
+    )
+    started = time.monotonic()
+    with pytest.raises(InterruptedError, match="stopped while waiting for the arm"):
+        link.start(60.0, should_stop=lambda: time.monotonic() >= asked, on_wait=waits.append)
+    assert time.monotonic() - started < 30  # nowhere near the 60 s wait
+    assert waits and "ttyACM9" in waits[0]  # systemd heard what it waits for at once
+    assert link.pid is not None and not psutil.pid_exists(link.pid)  # waited for, nothing left behind
