@@ -51,9 +51,7 @@ def check_lowered(
     output_node = next(n for n in gm.graph.nodes if n.op == "output")
     program_outputs = list(output_node.args[0])
     findings: list[Finding] = []
-    delegates = [
-        n for n in gm.graph.nodes if n.op == "call_function" and "executorch_call_delegate" in str(n.target)
-    ]
+    delegates = [n for n in gm.graph.nodes if n.op == "call_function" and "executorch_call_delegate" in str(n.target)]
     for index, node in enumerate(delegates):
         lowered = getattr(gm, node.args[0].target)
         if lowered.backend_id == OPENVINO_BACKEND_ID:

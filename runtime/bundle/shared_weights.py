@@ -6,8 +6,14 @@ ExecuTorch's OpenVINO quantizer) quantises only one of the calls, and OpenVINO t
 camera's backbone in float: measured on a LeRobot ACT with two 480x640 cameras, 21 of its 42
 convolutions and 14 of its fully connected layers stayed bf16, and the INT8 program was slower than
 OpenVINO + NNCF quantising the same model directly. With a copy of the weights per call every one
-of them is quantised. The copies cost the weights' size once more in the portable program only; the
-INT8 program holds each copy as INT8.
+of them is quantised.
+
+Once quantised, the copies are merged back (:func:`reshare_weights`): a weight's INT8 values and
+scales come from the weight alone, so its copies come out identical, and a policy that runs one
+network many times (SmolVLA's action expert, once per flow step) would otherwise carry one INT8 copy
+of it per run. Measured on the tiny SmolVLA (three flow steps): the quantised graph's constants
+3.3 MB -> 0.54 MB, the lowering 151 s -> 124 s; at LeRobot's default size (ten steps) the copies were
+what took the INT8 lowering past 20 GB.
 """
 
 from __future__ import annotations
@@ -23,6 +29,46 @@ def _attr(module: Any, target: str) -> Any:
     for part in target.split("."):
         value = getattr(value, part)
     return value
+
+
+def _key(value: Any) -> tuple[str, tuple[int, ...], str]:
+    import hashlib
+
+    import torch
+
+    raw = value.detach().contiguous().reshape(-1).view(torch.uint8)
+    return str(value.dtype), tuple(value.shape), hashlib.blake2b(raw.numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def reshare_weights(gm: Any) -> int:
+    """Make constants of equal dtype, shape and values one constant again, in place; returns how many
+    were merged. ``gm`` is the quantised ``torch.fx.GraphModule``; it computes exactly what it did."""
+    import torch
+
+    first: dict[tuple[str, tuple[int, ...], str], Any] = {}
+    merged = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = _attr(gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            continue
+        key = _key(value)
+        kept = first.get(key)
+        if kept is None or not torch.equal(_attr(gm, kept.target), value):
+            first.setdefault(key, node)
+            continue
+        node.replace_all_uses_with(kept)
+        gm.graph.erase_node(node)
+        owner, _, name = node.target.rpartition(".")
+        if not any(n.op == "get_attr" and n.target == node.target for n in gm.graph.nodes):
+            delattr(_attr(gm, owner) if owner else gm, name)
+        merged += 1
+    if merged:
+        gm.graph.lint()
+        gm.recompile()
+        log.info("merged %d quantised copies of shared constants back into one each", merged)
+    return merged
 
 
 def unshare_weights(gm: Any) -> int:

@@ -1,4 +1,5 @@
-"""INT8 of a policy whose cameras share one backbone: every use of the shared weights is quantised.
+"""INT8 of a policy whose cameras share one backbone: every use of the shared weights is quantised,
+and the copies made for it are one INT8 weight again in the program.
 
 Checked where it matters, in what OpenVINO runs: the runtime precision of each convolution in the
 INT8 program's execution graph."""
@@ -77,8 +78,7 @@ def _conv_precisions(bundle: Path) -> Counter[str]:
     return seen
 
 
-def test_int8_quantises_both_cameras_backbone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.bundle import quantize
+def test_int8_quantises_both_cameras_backbone(tmp_path: Path) -> None:
     from runtime.bundle.export import export_bundle
     from runtime.bundle.quantize import quantize_bundle
 
@@ -94,9 +94,37 @@ def test_int8_quantises_both_cameras_backbone(tmp_path: Path, monkeypatch: pytes
 
     quantize_bundle(f32, calib, tmp_path / "int8", max_error=5.0)
     assert _conv_precisions(tmp_path / "int8") == Counter({"int8": 4})  # both cameras, both layers
+    # and the portable program holds each weight once, as INT8: the copies came back together
+    from runtime.bundle.bundle import Bundle
 
-    # what the same quantisation leaves when the cameras share the weights: one camera in float
-    monkeypatch.setattr(quantize, "unshare_weights", lambda gm: 0)
-    quantize_bundle(f32, calib, tmp_path / "shared", max_error=5.0)
-    shared = _conv_precisions(tmp_path / "shared")
-    assert shared["int8"] == 2 and sum(shared.values()) == 4
+    m = Bundle.open(tmp_path / "int8").manifest
+    assert m.portable_program is not None
+    ep = torch.export.load(str(tmp_path / "int8" / m.portable_program.file))
+    tensors = [t for t in [*ep.state_dict.values(), *ep.constants.values()] if isinstance(t, torch.Tensor)]
+    weights = sorted(tuple(t.shape) for t in tensors if t.dtype == torch.int8 and t[0].numel() > 1)  # not zero points
+    assert weights == [(12, 38), (16, 3, 3, 3), (16, 16, 3, 3)]
+    assert not [t for t in tensors if t.dtype == torch.float32 and t[0].numel() > 1]  # only scales stay float
+
+
+def test_copies_that_stayed_equal_are_merged_back_and_the_module_computes_the_same() -> None:
+    from runtime.bundle.shared_weights import reshare_weights, unshare_weights
+
+    model = TwoCameras().eval()
+    example = tuple(torch.from_numpy(v) for v in _example(np.random.default_rng(0)).values())
+    gm = torch.export.export(model, example).module()
+    before = gm(*example)
+    assert unshare_weights(gm) == 2
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
+    changed = convs[3].args[1]  # one copy made different, as a per-call correction would
+    kept = getattr(gm, changed.target).detach().clone()
+    with torch.no_grad():
+        getattr(gm, changed.target).add_(1e-3)
+    assert reshare_weights(gm) == 1  # the other copy is one weight again, the changed one stays
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
+    assert len({c.args[1] for c in convs}) == 3 and convs[3].args[1] is changed
+    assert (gm(*example) - before).abs().max() > 0  # the changed copy is what its call reads
+    with torch.no_grad():
+        getattr(gm, changed.target).copy_(kept)
+    assert reshare_weights(gm) == 1  # equal again: merged
+    assert len({n.args[1] for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)}) == 2
+    torch.testing.assert_close(gm(*example), before, rtol=0, atol=0)
