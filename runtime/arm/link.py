@@ -338,15 +338,15 @@ class ArmLink:
                 code = None
         if self._closing:
             self._dead = f"the arm process ended ({_exit_words(code)})"
-            return
-        self._dead = f"the arm process died ({_exit_words(code)})"
-        self.events.emit(
-            logging.CRITICAL,
-            "%s: the arm is unattended (its servos keep their last goal); "
-            "nothing restarts it: check the arm, then restart the service",
-            self._dead,
-        )
-        for waiting in self._dumps.values():
+        else:
+            self._dead = f"the arm process died ({_exit_words(code)})"
+            self.events.emit(
+                logging.CRITICAL,
+                "%s: the arm is unattended (its servos keep their last goal); "
+                "nothing restarts it: check the arm, then restart the service",
+                self._dead,
+            )
+        for waiting in self._dumps.values():  # a recording asked for will not come: say so now
             waiting[0].set()
 
     # --- what the handlers and the daemon ask ------------------------------------------------------

@@ -544,6 +544,30 @@ def test_an_arm_process_that_dies_while_writing_a_recording_names_its_death(
     t.join(5)
 
 
+def test_a_recording_pending_when_the_arm_process_ends_at_shutdown_is_refused_at_once(
+    rig: tuple[ArmLink, Link, Feed], tmp_path: Path
+) -> None:
+    """A deliberate stop ends the arm process with a recording asked for: its caller hears why at once,
+    not after the recording's whole timeout."""
+    arm, _, _ = rig
+    arm._proc = Proc(0)  # type: ignore[assignment]
+    arm._closing = True
+
+    def end() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not arm._dumps:
+            time.sleep(0.005)
+        arm._died()
+
+    t = threading.Thread(target=end, daemon=True)
+    t.start()
+    started = time.monotonic()
+    with pytest.raises(OSError, match=r"^the arm process ended \(exit status 0\)$"):
+        arm.dump(tmp_path, "shutdown", {})
+    assert time.monotonic() - started < 5 and arm.events.drain() == []
+    t.join(5)
+
+
 # --- status --------------------------------------------------------------------------------------------------
 
 
