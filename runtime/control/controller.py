@@ -257,8 +257,11 @@ class Controller:
         return self._resting()
 
     def hold_present(self) -> Goal | None:
-        """Hold where the arm is (the runner's answer to a bug in the tick); the hold to write."""
+        """Hold where the arm is (the runner's answer to a bug in the tick); the hold to write. None for an
+        idle arm: its torque is off, there is nothing to hold and it stays idle."""
         self._goal = None
+        if self.mode is Mode.IDLE:
+            return None
         self._hold_present()
         return self._goal
 

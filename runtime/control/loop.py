@@ -333,7 +333,9 @@ class ControlLoop:
                 if self._shutdown_done.is_set():
                     break
         except Exception as e:  # a bug in the tick must not leave the arm moving unattended
-            self.events.emit(logging.CRITICAL, "control loop failed: %s: %s; holding the arm", type(e).__name__, e)
+            idle = c.mode is Mode.IDLE
+            then = "the arm stays idle (torque off)" if idle else "holding the arm"
+            self.events.emit(logging.CRITICAL, "control loop failed: %s: %s; %s", type(e).__name__, e, then)
             log.exception("control loop failed")
             held = c.hold_present()
             if held is not None:

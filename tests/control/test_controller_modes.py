@@ -1182,9 +1182,11 @@ def test_the_policy_is_asked_whether_it_is_blocked_at_the_ticks_time() -> None:
     assert r.feed.blocked_at[-1] == 100.4
 
 
-def test_the_runners_hold_before_any_reading_has_nothing_to_write() -> None:
-    r = Rig()
-    assert r.c.hold_present() is None and r.c.mode is Mode.HOLDING and r.c.hold_goal is None
+def test_the_runners_hold_of_an_idle_arm_has_nothing_to_write_and_it_stays_idle() -> None:
+    r = Rig()  # before any reading, torque never on
+    assert r.c.hold_present() is None and r.c.mode is Mode.IDLE and r.c.hold_goal is None
+    r.tick()  # a reading now, still idle
+    assert r.c.hold_present() is None and r.c.mode is Mode.IDLE and r.c.hold_goal is None
 
 
 def test_a_release_naming_no_latch_is_stale() -> None:

@@ -410,9 +410,7 @@ def test_a_policy_with_history_sees_every_running_tick(run, manifest):
 
     from runtime.bundle.manifest import HISTORY_ROLES
 
-    two = tuple(
-        dataclasses.replace(s, shape=(2, *s.shape)) if s.role in HISTORY_ROLES else s for s in manifest.inputs
-    )
+    two = tuple(dataclasses.replace(s, shape=(2, *s.shape)) if s.role in HISTORY_ROLES else s for s in manifest.inputs)
     history_manifest = dataclasses.replace(manifest, inputs=two, observation_history=2)
     inference = ScriptedInference(lambda n, s: np.repeat(s[None, :], CHUNK, axis=0))
     loop = run(inference, n_action_steps=10, manifest=history_manifest)

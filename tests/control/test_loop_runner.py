@@ -539,6 +539,17 @@ def test_a_bug_in_the_tick_holds_the_arm_and_ends_the_loop_not_safely() -> None:
     assert (logging.CRITICAL, "control loop failed: RuntimeError: boom; holding the arm") in r.said()
 
 
+def test_a_bug_in_the_tick_of_an_idle_arm_writes_nothing_and_leaves_it_idle() -> None:
+    def bug(loop: ControlLoop) -> None:
+        r.bus.read_errors.append(RuntimeError("boom"))
+
+    r = Rig(10, {2: bug})  # never started: torque never on
+    loop = r.run()
+    assert loop.shutdown_ok is False and r.script.before == [1, 2]
+    assert loop.controller.mode is Mode.IDLE and r.bus.writes() == []
+    assert (logging.CRITICAL, "control loop failed: RuntimeError: boom; the arm stays idle (torque off)") in r.said()
+
+
 def test_a_bug_before_any_reading_writes_nothing() -> None:
     r = Rig(10)
     r.bus.read_errors.append(BusError("no reply"))  # the first reading
