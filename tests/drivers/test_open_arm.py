@@ -93,6 +93,13 @@ def test_a_sim_arm_runs_the_driver_asked_for_and_stops_with_it(protocol: str, cl
     finally:
         bus.disconnect()
     assert not os.path.lexists(port)  # the simulator stopped with the bus
+    bus = open_arm(config, base_dir=REPO, connect=False)
+    try:
+        assert type(bus) is cls and bus.is_connected is False
+        assert os.path.lexists(bus.port)  # the simulator runs, the driver has not connected
+    finally:
+        bus.connect()  # the simulator stops when the bus disconnects, so connect it first
+        bus.disconnect()
 
 
 def test_start_sim_arm_connects_only_when_asked() -> None:
