@@ -143,6 +143,47 @@ SCOPES: dict[str, Scope] = {
             "runtime.arm.process.x__receive_init*",
         ),
     ),
+    # The vendors' buses and control tables: each register's address and size as the datasheets give
+    # them, the Feetech Lock around EEPROM writes, the Dynamixel CRC-error status and alert read-back.
+    "driver-vendors": Scope(
+        (
+            "drivers/feetech/bus.py",
+            "drivers/dynamixel/bus.py",
+            "drivers/feetech/tables.py",
+            "drivers/dynamixel/tables.py",
+            "drivers/vendors.py",
+        ),
+        (
+            "tests/drivers/test_vendor_buses.py",
+            "tests/drivers/test_control_tables.py",
+            "tests/drivers/test_bus_sim.py",
+            "tests/drivers/test_bus_contract.py",
+            "tests/drivers/test_faults.py",
+        ),
+    ),
+    # The serial port's opening and its errors, the codec's protocol, the driver errors' fields and words.
+    "driver-port": Scope(
+        ("drivers/port.py", "drivers/packets.py", "drivers/errors.py"),
+        (
+            "tests/drivers/test_port.py",
+            "tests/drivers/test_errors.py",
+            "tests/drivers/test_bus_contract.py",
+            "tests/drivers/test_bus_sim.py",
+            "tests/drivers/test_faults.py",
+            "tests/drivers/test_protocol.py",
+        ),
+    ),
+    # The [arm] table, the TOML-to-dataclass checks every config goes through, and opening an arm from it.
+    "driver-config": Scope(
+        ("drivers/config.py", "drivers/configtools.py", "drivers/arm.py"),
+        (
+            "tests/drivers/test_arm_config.py",
+            "tests/drivers/test_configtools.py",
+            "tests/drivers/test_open_arm.py",
+            "tests/drivers/test_calibration.py",
+            "tests/drivers/test_cli.py",
+        ),
+    ),
     # The loop's small parts: the one-slot handoff, stall detection, the mode machine's values, the plan.
     "control-parts": Scope(
         tuple(f"runtime/control/{m}.py" for m in ("handoff", "stall", "mode", "plan")),
