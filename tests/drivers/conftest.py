@@ -30,8 +30,11 @@ def protocol(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def arm(protocol: str, so101: Calibration) -> Iterator[SimArm]:
-    """A connected SO-101 sim arm; small timeout so fault tests stay fast."""
-    sim_arm = SimArm.start(so101, protocol=protocol, timeout_ms=20, retries=2)  # type: ignore[arg-type]
+    """A connected SO-101 sim arm; small timeout so fault tests stay fast. Connected with a generous one:
+    on a loaded machine a 20 ms connect (ping and set-up of six servos) can time out before any test."""
+    sim_arm = SimArm.start(so101, protocol=protocol, timeout_ms=500, retries=2)  # type: ignore[arg-type]
+    sim_arm.bus.timeout_s = 0.02
+    sim_arm.bus._port.timeout = 0.02  # type: ignore[union-attr]
     try:
         yield sim_arm
     finally:
