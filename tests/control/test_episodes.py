@@ -255,7 +255,7 @@ def test_discard_drops_the_episode() -> None:
     assert recorder.calls[2:] == [("discard",)]
     assert not t.active
     assert texts(events)[1:] == [(logging.INFO, "recording: episode 'x' discarded (asked by bo)")]
-    assert t.status()["episodes_discarded"] == 1 and "episodes_ended" not in t.status()
+    assert t.status() == {"active": False, "task": "x", "frames": 1, "episodes_started": 1, "episodes_discarded": 1}
 
 
 def test_an_unknown_request_does_nothing() -> None:
@@ -374,3 +374,39 @@ def test_status_carries_the_recorders_own_status_when_it_has_one(status: Any, sh
     out = t.status()
     assert out.get("recorder") == shown
     assert ("recorder" in out) is (shown is not None)
+
+
+def test_every_count_goes_past_one() -> None:
+    t, recorder, _ = tap()
+    for _ in range(2):
+        t.request("start", "x", "ana")
+        t.request("stop")
+        t.request("start", "y", "ana")
+        t.request("discard")
+        frame(t, 1.0)
+        t.request("start", "z", "ana")
+        frame(t, 2.0)
+        recorder.frame_error = RecordingError("refused")
+        frame(t, 3.0)
+        recorder.frame_error = None
+        t.request("start", "w", "ana")
+        frame(t, 4.0)
+        recorder.accept = False
+        frame(t, 5.0)
+        recorder.accept = True
+        recorder.start_error = RecordingError("no")
+        t.request("start", "v", "ana")
+        frame(t, 6.0)
+        recorder.start_error = None
+    assert t.status() == {
+        "active": False,
+        "task": "w",
+        "frames": 1,  # w's one frame before the overrun
+        "episodes_started": 8,
+        "episodes_ended": 2,
+        "episodes_discarded": 2,
+        "episodes_cut": 4,
+        "episodes_cut_refused_frame": 2,
+        "episodes_cut_overrun": 2,
+        "start_failures": 2,
+    }
