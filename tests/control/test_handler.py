@@ -371,3 +371,8 @@ def test_the_verification_failure_is_the_servers() -> None:
     assert inference.failure() is None
     server.verification_failure = "the test case's outputs differ"  # type: ignore[attr-defined]
     assert inference.failure() == "the test case's outputs differ"
+
+
+def test_status_before_the_inference_thread_is_known_names_thread_zero() -> None:
+    ctl, _ = control()
+    assert ctl.status()["threads"] == {"control": 77, "inference": 0}
