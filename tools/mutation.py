@@ -190,6 +190,8 @@ SCOPES: dict[str, Scope] = {
     "control-episodes": Scope(("runtime/control/episodes.py",), ("tests/control/test_episodes.py",)),
     # control.* requests: who may command, the refusals word for word, the task a start leaves, status.
     "control-handler": Scope(("runtime/control/handler.py",), ("tests/control/test_handler.py",)),
+    # The [control] table: defaults, every refusal at its boundary, real-time chunking against the bundle.
+    "control-config": Scope(("runtime/control/config.py",), ("tests/control/test_config.py",)),
 }
 
 
