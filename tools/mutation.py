@@ -192,6 +192,9 @@ SCOPES: dict[str, Scope] = {
     "control-handler": Scope(("runtime/control/handler.py",), ("tests/control/test_handler.py",)),
     # The [control] table: defaults, every refusal at its boundary, real-time chunking against the bundle.
     "control-config": Scope(("runtime/control/config.py",), ("tests/control/test_config.py",)),
+    # The camera streams: inputs checked, parts checked and counted, the newest kept, staleness; stand-in
+    # sockets, and one real ipc socket for the thread's start and stop.
+    "control-streams": Scope(("runtime/control/streams.py",), ("tests/control/test_streams.py",)),
 }
 
 
