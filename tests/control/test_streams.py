@@ -220,3 +220,12 @@ def test_the_receiver_closes_its_sockets(tmp_path: Path) -> None:
     s._stop.set()
     s._run(socks)
     assert [sock.closed for sock in socks] == [True, True]
+
+
+def test_a_topic_that_is_not_utf8_is_refused_and_the_receiver_goes_on(tmp_path: Path) -> None:
+    s = make(tmp_path)
+    now = time.monotonic()
+    frames = encode_part(FRONT, 1, now, image())
+    s._drain(Socket([b"\xff\xfe", frames[1], frames[2]], encode_part(FRONT, 2, now, image())))
+    assert "\ufffd\ufffd" in s._warned
+    assert s.received == {FRONT: 1, "wrist": 0} and s.latest(FRONT).seq == 2  # type: ignore[union-attr]
