@@ -195,6 +195,47 @@ SCOPES: dict[str, Scope] = {
             "tests/control/test_plan_stall_state.py",
         ),
     ),
+    # The action queue: chunks merged by tick, past actions dropped, latest/average/temporal ensemble,
+    # the ring's bound, take and the leftover a real-time chunking request continues.
+    "control-actions": Scope(
+        ("runtime/control/actions.py",),
+        (
+            "tests/control/test_actions.py",
+            "tests/control/test_parts.py::TestActionQueue",
+            "tests/control/test_plan.py",
+            "tests/control/test_plan_stall_state.py",
+        ),
+    ),
+    # The loop's timing: drift-free deadlines and overruns, CPU pinning and SCHED_FIFO in words, each
+    # write's stamp and period error.
+    "control-timing": Scope(
+        ("runtime/control/clock.py", "runtime/control/writetime.py"),
+        ("tests/control/test_clock.py", "tests/control/test_write_clock.py"),
+    ),
+    # What the loop leaves behind: the flight recorder's rows and dump, replay's summary (not its
+    # drawing: colours and line widths), the events deque, the snapshot's derived values.
+    "control-records": Scope(
+        tuple(f"runtime/control/{m}.py" for m in ("recorder", "replay", "events", "snapshot")),
+        ("tests/control/test_recorder.py", "tests/control/test_replay.py", "tests/control/test_events_snapshot.py"),
+        (
+            "runtime.control.recorder.*",
+            "runtime.control.events.*",
+            "runtime.control.snapshot.*",
+            "runtime.control.replay.x_mode_changes*",
+            "runtime.control.replay.x_summarize*",
+            "runtime.control.replay.x_format_summary*",
+            "runtime.control.replay.x__write_line*",
+        ),
+    ),
+    # Episodes recorded from the loop: requests carried out on the loop's thread, frames, cuts, status.
+    "control-episodes": Scope(("runtime/control/episodes.py",), ("tests/control/test_episodes.py",)),
+    # control.* requests: who may command, the refusals word for word, the task a start leaves, status.
+    "control-handler": Scope(("runtime/control/handler.py",), ("tests/control/test_handler.py",)),
+    # The [control] table: defaults, every refusal at its boundary, real-time chunking against the bundle.
+    "control-config": Scope(("runtime/control/config.py",), ("tests/control/test_config.py",)),
+    # The camera streams: inputs checked, parts checked and counted, the newest kept, staleness; stand-in
+    # sockets, and one real ipc socket for the thread's start and stop.
+    "control-streams": Scope(("runtime/control/streams.py",), ("tests/control/test_streams.py",)),
 }
 
 
@@ -250,8 +291,8 @@ do_not_mutate_patterns = ['^\\s*log\\.(debug|info|warning|error|exception)\\(']
 def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None) -> dict[str, object]:
     where = WORK / (name if rev is None else f"{name}@{rev}")
     _copy_tree(where, rev)
-    # at an older revision, only the test files that existed then
-    scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t).exists()), scope.functions)
+    # at an older revision, only the test files that existed then (a test id names its file first)
+    scope = Scope(scope.modules, tuple(t for t in scope.tests if (where / t.split("::")[0]).exists()), scope.functions)
     if not scope.tests:
         return {"not_run": f"none of the scope's test files exist at {rev}"}
     with (where / "pyproject.toml").open("a") as fh:
