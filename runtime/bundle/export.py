@@ -139,10 +139,13 @@ def lower_program(
         raise MissingDependencyError(
             f"lowering needs executorch with its OpenVINO backend and nncf ({e}): pip install 'lerobot-runtime[export]'"
         ) from e
+    from runtime.bundle.scalar_constants import scalar_bf16_constants
+
     try:
-        edge = to_edge_transform_and_lower(
-            exported, partitioner=[OpenvinoPartitioner([CompileSpec("device", device.encode())])]
-        )
+        with scalar_bf16_constants():  # OpenVINO's frontend cannot make a 0-d bf16 constant itself
+            edge = to_edge_transform_and_lower(
+                exported, partitioner=[OpenvinoPartitioner([CompileSpec("device", device.encode())])]
+            )
     except Exception as e:
         raise ExportError(f"lowering for {device} failed: {type(e).__name__}: {e}") from e
     enforce(check_lowered(edge, device, input_names, output_names), f"the {device} program")
