@@ -329,7 +329,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"({result['precision']}: program {result['program_precision']}, arithmetic {result['arithmetic']}; "
             f"{result['threads']} threads on CPUs {result['cpus']})\n"
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
-            f"in {p.get('units', 'absolute')} units "
+            f"in {_units(p.get('units', 'absolute'))} "
             f"(tolerance {p['tolerance']:.3g}, {p['runs']} replays)\n"
             f"  latency: median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms over {lat['runs']} runs\n"
             f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
@@ -380,3 +380,8 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
                     f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
                 )
     return 0
+
+
+def _units(units: str) -> str:
+    """'absolute units', or the test case's scale as it names itself ('action std (normalised units)')."""
+    return "absolute units" if units == "absolute" else f"units of {units}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -172,3 +173,20 @@ def test_executorch_engine_without_torch_says_what_to_install(tiny_bundle: Path)
     assert "pip install 'lerobot-runtime[executorch]'" in result["error"]
     status, _ = _check(str(tiny_bundle), "--engine", "auto")  # the direct engine still serves
     assert status == 0
+
+
+def test_check_says_the_parity_error_in_the_test_cases_units_once(demo_bundle: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "check", str(demo_bundle), "--runs", "3"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parity = next(line for line in proc.stdout.splitlines() if line.strip().startswith("parity:"))
+    assert re.fullmatch(
+        r"  parity: ok, max abs error \S+ in units of max\(1, peak \|reference\| per joint\) "
+        r"\(tolerance \S+, \d+ replays\)",
+        parity,
+    ), parity
