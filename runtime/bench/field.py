@@ -59,7 +59,7 @@ from runtime.bench.field_servos import (
     worst_writes,
     write_periods,
 )
-from runtime.bench.machine import PtyWorkerBoost, StealSampler
+from runtime.bench.machine import PtyWorkerBoost, StealSampler, cpu_summary
 
 log = logging.getLogger(__name__)
 
@@ -678,7 +678,7 @@ class _Run:
         for key in ("daemon_exit_status", "daemon_children_left_behind"):
             if key in seen:
                 r[key] = seen[key]
-        r.update(_cpu())
+        r.update(cpu_summary())
         r.update(
             {
                 "bundle": str(self.bundle),
@@ -845,17 +845,6 @@ def _loadavg() -> float | None:
         return float(Path("/proc/loadavg").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _cpu() -> dict[str, Any]:
-    """The CPU model and the flags that decide what the policy costs, as ``lscpu`` reports them."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    flags = sorted({f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni") if f in out.split()})
-    return {"cpu": model or "unknown", "cpu_flags": flags, "cpus": len(os.sched_getaffinity(0))}
 
 
 def _load(client: dict[str, Any] | None, stats0: Any, stats1: Any, window_s: float) -> dict[str, Any]:

@@ -13,6 +13,7 @@ kernel's pseudo-terminal workers.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -147,3 +148,16 @@ class PtyWorkerBoost:
 
     def describe(self) -> str:
         return self.refused or f"SCHED_FIFO 1 ({len(self.boosted)} kworker/u threads, restored after)"
+
+
+def cpu_summary() -> dict[str, Any]:
+    """The CPU model and the vector flags that decide what inference costs, as ``lscpu`` reports them,
+    and how many CPUs this process may use: stated beside every benchmark's numbers."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16")
+    flags = sorted({f for f in wanted if f in out.split()})
+    return {"cpu": model or "unknown", "cpu_flags": flags, "cpus": len(os.sched_getaffinity(0))}

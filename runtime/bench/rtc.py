@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from runtime.bench.machine import cpu_summary
 from runtime.engine.base import Engine
 
 log = logging.getLogger(__name__)
@@ -71,18 +72,6 @@ def rtc_bundle(train_steps: int = TRAIN_STEPS) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     new.replace(path)
     return path
-
-
-def cpu() -> dict[str, Any]:
-    """The CPU model and the vector flags that decide what inference costs, as ``lscpu`` reports them."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16")
-    flags = sorted({f for f in wanted if f in out.split()})
-    return {"cpu": model or "unknown", "cpu_flags": flags, "cpus": len(os.sched_getaffinity(0))}
 
 
 def _config(workdir: Path, bundle: Path, camera: str, rate_hz: float, rtc: bool, task: str, seconds: float) -> Path:
@@ -344,7 +333,7 @@ def run_rtc_bench(
         "rate_hz": rate_hz,
         "infer_floor_ms": infer_ms,
         "seconds": seconds,
-        "machine": {**cpu(), "load_average": os.getloadavg()[0]},
+        "machine": {**cpu_summary(), "load_average": os.getloadavg()[0]},
         "with_rtc": with_rtc,
         "without_rtc": without,
         "ratio": ratio,

@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -284,3 +285,14 @@ def test_bench_field_kill_reports_what_the_servos_got_after_it(
         assert k["verdict"].startswith("no write after the kill") and k["first"] is None
     else:  # an arm process of its own outlives it
         assert k["first"]["after_kill_ms"] >= 0 and k["runs"]
+
+
+def test_every_benchmark_states_the_cpu_its_vector_flags_and_how_many_cpus_it_may_use() -> None:
+    from runtime.bench.machine import cpu_summary
+
+    got = cpu_summary()
+    flags = set(Path("/proc/cpuinfo").read_text().split())  # the kernel's own list, not lscpu's
+    assert set(got) == {"cpu", "cpu_flags", "cpus"} and got["cpus"] == len(os.sched_getaffinity(0))
+    assert ("avx2" in got["cpu_flags"]) == ("avx2" in flags)
+    assert ("avx512_bf16" in got["cpu_flags"]) == ("avx512_bf16" in flags)
+    assert got["cpu_flags"] == sorted(got["cpu_flags"]) and got["cpu"] != ""
