@@ -523,20 +523,26 @@ def test_a_recording_is_not_asked_of_an_arm_process_out_of_reach(
     assert arm._dumps == {}
 
 
+def _ends_once_a_recording_is_asked(arm: ArmLink) -> threading.Thread:
+    """The arm process ending (as its link thread sees it) once a recording has been asked of it."""
+
+    def end() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not arm._dumps:
+            time.sleep(0.005)
+        arm._died()
+
+    t = threading.Thread(target=end, daemon=True)
+    t.start()
+    return t
+
+
 def test_an_arm_process_that_dies_while_writing_a_recording_names_its_death(
     rig: tuple[ArmLink, Link, Feed], tmp_path: Path
 ) -> None:
     arm, _, _ = rig
     arm._proc = Proc(1)  # type: ignore[assignment]
-
-    def die() -> None:
-        end = time.monotonic() + 5
-        while time.monotonic() < end and not arm._dumps:
-            time.sleep(0.005)
-        arm._died()
-
-    t = threading.Thread(target=die, daemon=True)
-    t.start()
+    t = _ends_once_a_recording_is_asked(arm)
     started = time.monotonic()
     with pytest.raises(OSError, match=r"^the arm process died \(exit status 1\)$"):
         arm.dump(tmp_path, "estop", {})
@@ -552,15 +558,7 @@ def test_a_recording_pending_when_the_arm_process_ends_at_shutdown_is_refused_at
     arm, _, _ = rig
     arm._proc = Proc(0)  # type: ignore[assignment]
     arm._closing = True
-
-    def end() -> None:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not arm._dumps:
-            time.sleep(0.005)
-        arm._died()
-
-    t = threading.Thread(target=end, daemon=True)
-    t.start()
+    t = _ends_once_a_recording_is_asked(arm)
     started = time.monotonic()
     with pytest.raises(OSError, match=r"^the arm process ended \(exit status 0\)$"):
         arm.dump(tmp_path, "shutdown", {})
