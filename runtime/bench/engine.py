@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from runtime.bench.stats import summarize
+from runtime.bundle.bundle import Bundle
 from runtime.engine.affinity import inference_cpus, pin_current_thread
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,24 @@ def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = 
     }
 
 
+def _kept_bundle(path: Path, precision: str) -> Bundle | None:
+    """The bundle a previous ``--bundles`` run left at ``path``, or None when there is none yet.
+
+    A bundle there is verified whole (a half-written or altered one is refused, not timed) and must
+    be the precision asked: INT8 is a quantized bundle, f32 and bf16 programs lowered for that precision.
+    """
+    from runtime.errors import BundleError
+
+    if not (path / "manifest.json").is_file():
+        return None
+    bundle = Bundle.open(path, verify_all=True)
+    manifest = bundle.manifest
+    got = "int8" if manifest.quantization else ",".join(sorted({e.precision for e in manifest.programs.values()}))
+    if got != precision:
+        raise BundleError(f"{path}: expected the bench's {precision} bundle, got a {got} one")
+    return bundle
+
+
 def _synthetic_observations(case_inputs: dict[str, np.ndarray], directory: Path, n: int) -> Path:
     """Observations shaped like the test case (frames and states perturbed around it), for calibration."""
     rng = np.random.default_rng(1)
@@ -98,6 +117,7 @@ def run_engine_bench(
     control_cpu: int = 0,
     threads: int = 0,
     peer: bool = True,
+    bundles_dir: str = "",
 ) -> dict[str, Any]:
     """Eager PyTorch f32 against f32, bf16 and INT8 programs on both engines, interleaved, one process.
 
@@ -106,6 +126,11 @@ def run_engine_bench(
     on the same calibration observations, compiled with the plugin's defaults on the same threads.
     Each row's ``error`` is its largest action error against eager f32 in the bundle's parity units
     (normalised action units for a LeRobot checkpoint), ``max_abs_err`` the same in absolute units.
+
+    With ``bundles_dir`` the programs are built into ``bundles_dir/<precision>`` and a precision whose
+    bundle is already there (a complete, valid one, lowered for that precision) is opened, not built
+    again: a default-size SmolVLA lowers for about half an hour per precision. The result's
+    ``reused`` names them; their rows are still timed and compared against this run's eager model.
     """
     import torch
 
@@ -129,9 +154,21 @@ def run_engine_bench(
         make = load_factory(factory)
     model, example = make()
     model = model.eval()
-    with tempfile.TemporaryDirectory(prefix="lerobot-runtime-bench-") as tmp:
+    reused: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="lerobot-runtime-bench-") as scratch:
+        tmp = bundles_dir or scratch
+
+        def build(precision: str, make_bundle: Callable[[Path], Bundle]) -> Bundle:
+            out = Path(tmp) / precision
+            if bundles_dir:
+                kept = _kept_bundle(out, precision)
+                if kept is not None:
+                    reused.append(precision)
+                    return kept
+            return make_bundle(out)
+
         t = time.perf_counter()
-        bundles = {"f32": export_bundle(lambda: (model, example), Path(tmp) / "f32", **kwargs)}
+        bundles = {"f32": build("f32", lambda out: export_bundle(lambda: (model, example), out, **kwargs))}
         export_s = time.perf_counter() - t
         case = bundles["f32"].test_case()
         reference = case.outputs
@@ -139,13 +176,17 @@ def run_engine_bench(
         inputs_t = tuple(torch.from_numpy(inputs_np[k]) for k in inputs_np)
         batched = bundles["f32"].manifest.model_batch == 1 and not lerobot
         if "bf16" in precisions:
-            bundles["bf16"] = export_bundle(lambda: (model, example), Path(tmp) / "bf16", precision="bf16", **kwargs)
+            bundles["bf16"] = build(
+                "bf16", lambda out: export_bundle(lambda: (model, example), out, precision="bf16", **kwargs)
+            )
         quant: dict[str, Any] = {}
         if "int8" in precisions:
-            source = calibration or str(_synthetic_observations(inputs_np, Path(tmp) / "calib", calibration_size))
+            source = calibration or str(_synthetic_observations(inputs_np, Path(scratch) / "calib", calibration_size))
             t = time.perf_counter()
             # the bench reports the error; the bound that quantize applies by default is recorded beside it
-            bundles["int8"] = quantize_bundle(bundles["f32"].path, source, Path(tmp) / "int8", max_error=float("inf"))
+            bundles["int8"] = build(
+                "int8", lambda out: quantize_bundle(bundles["f32"].path, source, out, max_error=float("inf"))
+            )
             gate = dict(bundles["int8"].manifest.quantization["gate"])
             quant = {
                 "calibration": calibration or f"synthetic: {calibration_size} observations around the test case",
@@ -229,6 +270,7 @@ def run_engine_bench(
         "cpus": cpu_set,
         "runs": runs,
         "export_s": export_s,
+        "reused": reused,
         "bundle_mb": sizes,
         "rows": rows,
         "int8": quant,

@@ -186,6 +186,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         action="store_true",
         help="leave out the peer row (OpenVINO + NNCF INT8 straight from PyTorch, same calibration)",
     )
+    p.add_argument(
+        "--bundles",
+        default="",
+        metavar="DIR",
+        help="build the programs into DIR/<precision> and reuse those a previous run left there",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench_engine)
 
@@ -360,6 +366,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
         control_cpu=args.control_cpu,
         threads=args.threads,
         peer=not args.no_peer,
+        bundles_dir=args.bundles,
     )
     if args.json:
         print(json.dumps(result, indent=2))

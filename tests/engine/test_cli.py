@@ -159,6 +159,35 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
     assert cold["openvino"]["rss_mb"] > 0 and cold["openvino"]["ready_ms"] > 0
 
 
+@pytest.mark.timeout(600)
+def test_bench_engine_reuses_the_bundles_a_previous_run_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--bundles DIR``: the first run builds into DIR, the next one times the same programs unbuilt."""
+    kept = tmp_path / "kept"
+    args = ["bench", "engine", "--factory", TINY, "--precisions", "f32", "--runs", "2", "--no-peer", "--json"]
+    assert main([*args, "--bundles", str(kept)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["reused"] == [] and (kept / "f32" / "manifest.json").is_file()
+    program = next((kept / "f32").glob("*.pte"))
+    built = program.stat().st_mtime_ns
+    assert main([*args, "--bundles", str(kept)]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["reused"] == ["f32"] and program.stat().st_mtime_ns == built
+    assert {r["name"] for r in second["rows"]} == {"eager_pytorch_f32", "openvino_f32", "executorch_f32"}
+    assert next(r for r in second["rows"] if r["name"] == "openvino_f32")["error"] < 2e-5
+    # a bundle of another precision where bf16 is expected is refused by name, not timed as bf16
+    shutil.copytree(kept / "f32", kept / "bf16")
+    with_bf16 = ["f32,bf16" if a == "f32" else a for a in args]
+    assert main([*with_bf16, "--bundles", str(kept)]) == 65
+    assert f"{kept / 'bf16'}: expected the bench's bf16 bundle, got a f32 one" in caplog.text
+    # an altered program is refused, not timed
+    data = program.read_bytes()
+    program.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert main([*args, "--bundles", str(kept)]) == 65
+    assert "sha256" in caplog.text
+
+
 def test_executorch_engine_without_torch_says_what_to_install(tiny_bundle: Path) -> None:
     """The robot-side install has no torch: asking for the executorch engine names the extra to install."""
     code = (
