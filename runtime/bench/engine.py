@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import logging
 import os
@@ -117,8 +118,14 @@ def run_engine_bench(
     threads: int = 0,
     peer: bool = True,
     bundles_dir: str = "",
+    one_at_a_time: bool = False,
 ) -> dict[str, Any]:
     """Eager PyTorch f32 against f32, bf16 and INT8 programs on both engines, interleaved, one process.
+
+    With ``one_at_a_time`` only one precision's two engines are loaded at once: each precision is timed
+    interleaved with eager, then its engines are closed before the next are loaded (a default-size
+    SmolVLA's programs, 2 GB each, do not all fit in memory beside the eager model). Each row's
+    ``speedup_vs_eager`` is then against eager's median in its own group (``eager_median_ms``).
 
     With ``peer`` (and int8 among ``precisions``), one more row: the best INT8 peer, OpenVINO with
     NNCF straight from PyTorch (``openvino.convert_model`` + ``nncf.quantize``, transformer preset)
@@ -199,14 +206,15 @@ def run_engine_bench(
                 out = model(*(x.unsqueeze(0) for x in inputs_t)) if batched else model(*inputs_t)
                 return {"action": (out[0] if batched else out).numpy()}
 
-        candidates: list[tuple[str, Callable[[], dict[str, np.ndarray]], str]] = [("eager_pytorch_f32", eager, "f32")]
-        engines = []
-        for precision, bundle in bundles.items():
+        Candidate = tuple[str, Callable[[], dict[str, np.ndarray]], str]
+
+        def engines_for(precision: str, bundle: Bundle) -> tuple[list[Candidate], list[Any]]:
             # int8: the program's own choice (its float layers at the CPU's fastest precision)
             hint: PrecisionChoice = "auto" if precision == "int8" else precision  # type: ignore[assignment]
+            found: list[Candidate] = []
+            opened = []
             kinds: tuple[EngineChoice, ...] = ("openvino", "executorch")
             for kind in kinds:
-                report = LoadReport()
                 engine = load_engine(
                     EngineConfig(
                         bundle=str(bundle.path),
@@ -219,28 +227,58 @@ def run_engine_bench(
                         accept_lower_arithmetic=True,
                         warmup_runs=2,
                     ),
-                    report=report,
+                    report=LoadReport(),
                 )
-                engines.append(engine)
+                opened.append(engine)
                 ran = f"{engine.info.precision} (arithmetic {engine.info.arithmetic})"
-                candidates.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
+                found.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
+            return found, opened
 
-        if "int8" in precisions and peer:
-            run_peer, peer_ran = nncf_peer(bundles["f32"], source, n_threads)
-            candidates.append(("peer_openvino_nncf_int8", run_peer, peer_ran))
-
-        for _, fn, _ in candidates:  # warm every candidate once more after all are loaded
-            fn()
-        times: dict[str, list[float]] = {name: [] for name, _, _ in candidates}
+        # all precisions' engines timed together, or one precision's at a time (each group interleaved
+        # with eager and closed before the next is loaded: programs that do not all fit in memory at once)
+        groups = [[p] for p in bundles] if one_at_a_time else [list(bundles)]
+        eager_row: Candidate = ("eager_pytorch_f32", eager, "f32")
+        order: list[tuple[str, str]] = [(eager_row[0], eager_row[2])]  # (row, what it ran); no engine kept
+        times: dict[str, list[float]] = {eager_row[0]: []}
         outputs: dict[str, dict[str, np.ndarray]] = {}
-        for _ in range(runs):
-            for name, fn, _ in candidates:
-                t = time.perf_counter()
-                outputs[name] = fn()
-                times[name].append((time.perf_counter() - t) * 1e3)
-        eager_median = summarize(times["eager_pytorch_f32"])["median"]
+        eager_median: dict[str, float] = {}  # per candidate: eager's median in the same group
+        for group in groups:
+            candidates: list[Candidate] = [eager_row]
+            opened: list[Any] = []
+            found: list[Candidate] = []
+            engines: list[Any] = []
+            try:
+                for precision in group:
+                    found, engines = engines_for(precision, bundles[precision])
+                    candidates += found
+                    opened += engines
+                if "int8" in group and peer:
+                    run_peer, peer_ran = nncf_peer(bundles["f32"], source, n_threads)
+                    candidates.append(("peer_openvino_nncf_int8", run_peer, peer_ran))
+                for _, fn, _ in candidates:  # warm every candidate once more after all are loaded
+                    fn()
+                group_eager: list[float] = []
+                for name, _, _ in candidates[1:]:
+                    times[name] = []
+                for _ in range(runs):
+                    for name, fn, _ in candidates:
+                        t = time.perf_counter()
+                        outputs[name] = fn()
+                        (group_eager if name == eager_row[0] else times[name]).append((time.perf_counter() - t) * 1e3)
+            finally:
+                for e in opened:
+                    e.close()
+                del opened, found, engines
+                gc.collect()
+            times[eager_row[0]] += group_eager
+            for name, _, ran in candidates[1:]:
+                eager_median[name] = summarize(group_eager)["median"]
+                order.append((name, ran))
+            del candidates
+            gc.collect()
+        eager_median[eager_row[0]] = summarize(times[eager_row[0]])["median"]
         rows = []
-        for name, _, ran_precision in candidates:
+        for name, ran_precision in order:
             lat = summarize(times[name])
             median, p90 = lat["median"], lat["p90"]
             rel = compare(outputs[name], reference, float("inf"), case.scale, case.scale_source)
@@ -250,14 +288,13 @@ def run_engine_bench(
                     "precision": ran_precision,
                     "median_ms": median,
                     "p90_ms": p90,
-                    "speedup_vs_eager": eager_median / median,
+                    "speedup_vs_eager": eager_median[name] / median,
+                    "eager_median_ms": eager_median[name],
                     "error": rel.max_abs_err,
                     "error_units": case.scale_source,
                     "max_abs_err": compare(outputs[name], reference, float("inf")).max_abs_err,
                 }
             )
-        for e in engines:
-            e.close()
         f32 = bundles["f32"].path
         cs = {e: cold_start(f32, tuple(cpu_set), n_threads, e) for e in ("openvino", "executorch")}
         sizes = {p: sum(f.stat().st_size for f in b.path.iterdir()) / 1e6 for p, b in bundles.items()}
@@ -268,6 +305,7 @@ def run_engine_bench(
         "runs": runs,
         "export_s": export_s,
         "reused": reused,
+        "engines_held": "one precision at a time" if one_at_a_time else "all at once",
         "bundle_mb": sizes,
         "rows": rows,
         "int8": quant,

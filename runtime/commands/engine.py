@@ -192,6 +192,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="DIR",
         help="build the programs into DIR/<precision> and reuse those a previous run left there",
     )
+    p.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="load one precision's engines at a time, each timed against eager, then closed "
+        "(for programs that do not all fit in memory at once)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench_engine)
 
@@ -367,6 +373,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
         threads=args.threads,
         peer=not args.no_peer,
         bundles_dir=args.bundles,
+        one_at_a_time=args.one_at_a_time,
     )
     if args.json:
         print(json.dumps(result, indent=2))

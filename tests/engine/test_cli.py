@@ -188,6 +188,49 @@ def test_bench_engine_reuses_the_bundles_a_previous_run_left(
     assert "sha256" in caplog.text
 
 
+@pytest.mark.timeout(600)
+def test_bench_engine_one_at_a_time_never_holds_two_precisions_engines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--one-at-a-time``: each precision's two engines are closed before the next precision's open,
+    and every row is still timed against eager in the same group."""
+    import runtime.engine.loader as loader
+
+    real_load = loader.load_engine
+    open_now: list[str] = []
+    most: list[int] = [0]
+
+    def counting_load(config, **kwargs):  # type: ignore[no-untyped-def]
+        engine = real_load(config, **kwargs)
+        real_close = engine.close
+        open_now.append(config.bundle)
+        most[0] = max(most[0], len(open_now))
+
+        def close() -> None:
+            if config.bundle in open_now:
+                open_now.remove(config.bundle)
+            real_close()
+
+        engine.close = close  # type: ignore[method-assign]
+        return engine
+
+    monkeypatch.setattr(loader, "load_engine", counting_load)
+    args = ["bench", "engine", "--factory", TINY, "--precisions", "f32,bf16", "--runs", "2", "--no-peer"]
+    assert main([*args, "--bundles", str(tmp_path), "--one-at-a-time", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert most[0] == 2 and open_now == []  # one precision's openvino + executorch engines, then none
+    assert result["engines_held"] == "one precision at a time"
+    rows = {r["name"]: r for r in result["rows"]}
+    assert list(rows) == ["eager_pytorch_f32", "openvino_f32", "executorch_f32", "openvino_bf16", "executorch_bf16"]
+    assert rows["openvino_f32"]["error"] < 2e-5
+    for row in rows.values():
+        assert row["speedup_vs_eager"] == pytest.approx(row["eager_median_ms"] / row["median_ms"])
+    # all at once (the default) holds all four
+    most[0] = 0
+    assert main([*args, "--bundles", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["engines_held"] == "all at once" and most[0] == 4
+
+
 def test_executorch_engine_without_torch_says_what_to_install(tiny_bundle: Path) -> None:
     """The robot-side install has no torch: asking for the executorch engine names the extra to install."""
     code = (
