@@ -14,6 +14,7 @@ on (one observation): calibration needs real observations, recorded from the rob
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import io
 import logging
 import shutil
@@ -227,7 +228,7 @@ def quantize_bundle(
         data = [tuple(torch.from_numpy(o[s.name]) for s in m.inputs) for o in calib]
         bias_correction = True
 
-        def run(**options: Any) -> Any:
+        def run(exported: Any, data: list[tuple[Any, ...]], **options: Any) -> Any:
             module = exported.module()
             unshare_weights(module)  # else a second camera's backbone stays float (shared_weights.py)
             ignored = boolean_consumers(module)
@@ -253,17 +254,22 @@ def quantize_bundle(
 
         try:
             try:
-                quantized = run()
+                quantized = run(exported, data)
             except TypeError as e:
                 # NNCF 3.2's fast bias correction fails on layers fed unbatched 1-D tensors
                 # ("iteration over a 0-d tensor"); quantise without it rather than not at all
                 log.warning("NNCF bias correction failed (%s); quantising without it", e)
                 bias_correction = False
-                quantized = run(fast_bias_correction=None)
+                quantized = run(exported, data, fast_bias_correction=None)
             with torch.no_grad():
                 q_exported = torch.export.export(quantized, example)
         except Exception as e:
             raise ExportError(f"INT8 quantisation failed: {type(e).__name__}: {e}") from e
+        # the f32 program, its unshared copy and the calibration inputs are not needed past this point:
+        # a default-size SmolVLA's are several GB, and the lowering and the gate's two compiled programs
+        # come next in the same process
+        del exported, quantized, data
+        gc.collect()
 
     with staged_directory(Path(out)) as stage:
         with step(2, total, "lowering the INT8 program for CPU"):
@@ -271,9 +277,13 @@ def quantize_bundle(
             file = "program_cpu.pte"
             (stage / file).write_bytes(program)
             entry = _program_entry(program, "CPU", file, "int8")
+            del program
             buf = io.BytesIO()
             torch.export.save(q_exported, buf)
-            (stage / PORTABLE_FILE).write_bytes(buf.getvalue())
+            portable_sha = sha256_bytes(buf.getbuffer())
+            (stage / PORTABLE_FILE).write_bytes(buf.getbuffer())
+            del q_exported, buf
+            gc.collect()
         with step(3, total, f"accuracy gate on {len(held)} held-out observations"):
             # the bundle's own test case too: the INT8 bundle's load-time parity replays it against this bound
             gate = accuracy_gate(src, stage, file, [*held, case.inputs], scale, case.scale_source, max_error)
@@ -289,7 +299,7 @@ def quantize_bundle(
                 test_case=TestCaseEntry(
                     TEST_CASE_FILE, m.test_case.sha256, tolerance, dict(m.test_case.scale), m.test_case.scale_source
                 ),
-                portable_program=FileEntry(PORTABLE_FILE, sha256_bytes(buf.getvalue())),
+                portable_program=FileEntry(PORTABLE_FILE, portable_sha),
                 tools=tool_versions(),
                 created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
                 quantization={
