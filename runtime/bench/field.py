@@ -220,28 +220,15 @@ def field_bundle() -> Path:
     default sizes and random weights, exported with ``export --lerobot`` once into the bundle store
     and reused while it is current (same lerobot-runtime and OpenVINO versions)."""
     from drivers.calibration import SO101_JOINTS
-    from runtime.bundle.demo import _is_current, bundle_store
-    from runtime.bundle.manifest import read_manifest
+    from runtime.bundle.demo import ensure_checkpoint_bundle
 
-    path = bundle_store() / FIELD_BUNDLE
-    if _is_current(path, FIELD_POLICY) and read_manifest(path).action_names == SO101_JOINTS:
-        return path
-    log.info("bench field: building the two-camera ACT-size bundle in %s (once, a minute or two)", path)
-    new = path.with_name(path.name + ".new")
-    shutil.rmtree(new, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="lrt-field-ckpt-") as tmp:
-        ckpt = Path(tmp) / "act"
-        python = [sys.executable, "-m"]
-        subprocess.run(
-            [*python, "runtime.policies.lerobot_checkpoints", str(ckpt), "act", "default", "front,wrist"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        export = ["export", "--lerobot", str(ckpt), "--out", str(new), "--name", FIELD_POLICY]
-        subprocess.run([*python, "runtime", *export, "--action-names", ",".join(SO101_JOINTS)], check=True)
-    shutil.rmtree(path, ignore_errors=True)
-    new.replace(path)
-    return path
+    return ensure_checkpoint_bundle(
+        FIELD_BUNDLE,
+        FIELD_POLICY,
+        ("runtime.policies.lerobot_checkpoints", "act", "default", "front,wrist"),
+        export_args=("--action-names", ",".join(SO101_JOINTS)),
+        fits=lambda m: m.action_names == SO101_JOINTS,
+    )
 
 
 def _q(text: str | Path) -> str:

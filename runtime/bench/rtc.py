@@ -25,9 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -51,27 +48,15 @@ def rtc_bundle(train_steps: int = TRAIN_STEPS) -> Path:
     """The benchmark's SmolVLA bundle, built once into the bundle store (a few minutes: training and
     export, each in a process of its own) and reused while it is current."""
     from drivers.calibration import SO101_JOINTS
-    from runtime.bundle.demo import _is_current, bundle_store
-    from runtime.bundle.manifest import read_manifest
+    from runtime.bundle.demo import ensure_checkpoint_bundle
 
-    path = bundle_store() / BUNDLE
-    if _is_current(path, POLICY) and read_manifest(path).rtc is not None:
-        return path
-    log.info("bench rtc: training and exporting the tiny SmolVLA in %s (once, a few minutes)", path)
-    new = path.with_name(path.name + ".new")
-    shutil.rmtree(new, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="lrt-rtc-ckpt-") as tmp:
-        ckpt = Path(tmp) / "smolvla"
-        python = [sys.executable, "-m"]
-        # their prints go to stderr: stdout is the report's (--json)
-        train = [*python, "runtime.policies.smolvla_sine", str(ckpt), str(train_steps)]
-        subprocess.run(train, check=True, stdout=sys.stderr)
-        export = ["export", "--lerobot", str(ckpt), "--out", str(new), "--name", POLICY]
-        export += ["--action-names", ",".join(SO101_JOINTS)]
-        subprocess.run([*python, "runtime", *export], check=True, stdout=sys.stderr)
-    shutil.rmtree(path, ignore_errors=True)
-    new.replace(path)
-    return path
+    return ensure_checkpoint_bundle(
+        BUNDLE,
+        POLICY,
+        ("runtime.policies.smolvla_sine", str(train_steps)),
+        export_args=("--action-names", ",".join(SO101_JOINTS)),
+        fits=lambda m: m.rtc is not None,
+    )
 
 
 def _config(workdir: Path, bundle: Path, camera: str, rate_hz: float, rtc: bool, task: str, seconds: float) -> Path:

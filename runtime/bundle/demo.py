@@ -1,4 +1,5 @@
-"""The built-in bundles: the demo policy the default configuration serves, and the ACT-size model.
+"""The built-in bundles: the demo policy the default configuration serves, the ACT-size model, and
+the bundles the benchmarks serve (exported from a LeRobot checkpoint a module of this package writes).
 
 They are exported on first use (this needs the export extra) into the bundle store, and re-exported
 when the installed lerobot-runtime or OpenVINO version differs from the one that made them (a
@@ -9,10 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runtime import __version__
-from runtime.bundle.manifest import read_manifest
+from runtime.bundle.manifest import Manifest, read_manifest
 from runtime.errors import BundleError, ConfigError, MissingDependencyError
 from runtime.versions import package_version
 
@@ -67,4 +73,37 @@ def ensure_bundle(kind: str = "demo", root: Path | None = None) -> Path:
             f"needs the export tools: {e}; or point engine.bundle (or the BUNDLE argument) at an "
             "exported bundle"
         ) from e
+    return path
+
+
+def ensure_checkpoint_bundle(
+    name: str,
+    policy: str,
+    checkpoint: Sequence[str],
+    *,
+    export_args: Sequence[str] = (),
+    fits: Callable[[Manifest], bool] = lambda m: True,
+    root: Path | None = None,
+) -> Path:
+    """Path to the store's bundle ``name``, built first when it is missing, not current or not ``fits``.
+
+    It is built in two processes of its own (their output on stderr: stdout is a ``--json`` report's):
+    ``python -m <checkpoint[0]> CKPT_DIR <checkpoint[1:]>`` writes a LeRobot checkpoint, then
+    ``export --lerobot CKPT_DIR --name <policy> <export_args>``; into a new directory that replaces
+    the old bundle only once complete.
+    """
+    path = (root or bundle_store()) / name
+    if _is_current(path, policy) and fits(read_manifest(path)):
+        return path
+    log.info("building the %s bundle in %s (once)", name, path)
+    new = path.with_name(path.name + ".new")
+    shutil.rmtree(new, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"lrt-{name}-ckpt-") as tmp:
+        ckpt = Path(tmp) / "checkpoint"
+        python = [sys.executable, "-m"]
+        subprocess.run([*python, checkpoint[0], str(ckpt), *checkpoint[1:]], check=True, stdout=sys.stderr)
+        export = ["export", "--lerobot", str(ckpt), "--out", str(new), "--name", policy, *export_args]
+        subprocess.run([*python, "runtime", *export], check=True, stdout=sys.stderr)
+    shutil.rmtree(path, ignore_errors=True)
+    new.replace(path)
     return path
