@@ -59,6 +59,14 @@ def test_an_open_takes_who_or_nothing() -> None:
     assert (e.field, e.expected) == ("body.session", "who")
 
 
+def test_an_open_with_a_who_that_is_not_a_short_string_is_refused_naming_open() -> None:
+    e = refused("teleop.open", {"who": 5})
+    assert e.message == f"teleop.open body.who: expected {TEXT}, got int 5"
+    assert (e.field, e.expected, e.received) == ("body.who", TEXT, "5")
+    e = refused("teleop.open", {"who": "w" * (MAX_TEXT + 1)})
+    assert e.message == f"teleop.open body.who: expected {TEXT}, got str '{'w' * 56}..."
+
+
 def test_every_kind_is_parsed() -> None:
     bodies = {"teleop.open": {}, "teleop.target": target(), "teleop.episode_start": {"session": "s", "task": "t"}}
     for kind in TELEOP_KINDS:
