@@ -236,6 +236,30 @@ SCOPES: dict[str, Scope] = {
     # The camera streams: inputs checked, parts checked and counted, the newest kept, staleness; stand-in
     # sockets, and one real ipc socket for the thread's start and stop.
     "control-streams": Scope(("runtime/control/streams.py",), ("tests/control/test_streams.py",)),
+    # The protocol's messages and errors: every reply's wire map, each error code's class and the
+    # builtin it is caught as, an error reply turned back into its exception, unexpected body keys refused.
+    "protocol-messages": Scope(
+        ("runtime/protocol/messages.py", "runtime/protocol/errors.py"),
+        (
+            "tests/protocol/test_messages.py",
+            "tests/protocol/test_errors.py",
+            "tests/server/test_codec.py",
+            "tests/server/test_codec_replies.py",
+            "tests/server/test_codec_requests.py",
+        ),
+    ),
+    # The camera stream's parts and the teleop.* bodies: every refusal naming its field, both edges of
+    # each bound.
+    "protocol-stream": Scope(
+        ("runtime/protocol/stream.py", "runtime/protocol/teleop.py"),
+        (
+            "tests/protocol/test_stream.py",
+            "tests/protocol/test_teleop.py",
+            "tests/control/test_parts.py::TestStreamFormat",
+            "tests/control/test_teleop_parts.py",
+            "tests/server/test_codec_requests.py",
+        ),
+    ),
 }
 
 
