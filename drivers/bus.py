@@ -203,8 +203,12 @@ class SerialServoBus:
         )
 
     def disconnect(self) -> None:
-        """Disable torque (unless configured not to) and close the port; always closes, in a finally."""
+        """Disable torque (unless configured not to) and close the port; always closes, in a finally.
+
+        The close hooks run either way: what the bus was handed to own (a simulator) is released even
+        when it never connected."""
         if not self._connected:
+            self._run_close_hooks()
             return
         try:
             if self.disable_torque_on_disconnect and self._names:
@@ -212,12 +216,15 @@ class SerialServoBus:
         finally:
             self._close_port()
             self._connected = False
-            for hook in self._close_hooks:
-                try:
-                    hook()
-                except Exception as e:
-                    log.warning("close hook %r failed: %s", hook, e)
+            self._run_close_hooks()
             log.info("disconnected %s", self.port)
+
+    def _run_close_hooks(self) -> None:
+        for hook in self._close_hooks:
+            try:
+                hook()
+            except Exception as e:
+                log.warning("close hook %r failed: %s", hook, e)
 
     close = disconnect
 
