@@ -171,10 +171,14 @@ def rig(zmq_ctx: zmq.Context, clock: Clock) -> Iterator[Rig]:
 def test_each_job_is_answered_in_order_through_its_socket_and_envelope_with_its_chunk(rig: Rig) -> None:
     engine = StandIn(rig.clock, scale=2.0)
     rig.answer_all(rig.worker(engine), job(1, 1.0, client=b"a"), job(2, 5.0, client=b"b", socket_index=258))
-    replies = rig.replies()
+    frames = []
+    while rig.pull.poll(100):
+        frames.append(rig.pull.recv_multipart())
+    assert [f[0] for f in frames] == [b"\x00\x00", b"\x02\x01"]  # the socket's index: two bytes, little-endian
+    replies = [(int.from_bytes(f[0], "little"), f[1:3], decode_reply(f[3:])) for f in frames]
     assert [(i, env, r.id, r.kind, r.ok) for i, env, r in replies] == [
         (0, [b"a", b""], 1, "infer", True),
-        (258, [b"b", b""], 2, "infer", True),  # two bytes, little-endian: 258 is not 2
+        (258, [b"b", b""], 2, "infer", True),
     ]
     np.testing.assert_array_equal(actions_from_reply(replies[0][2], 0.0).actions, chunk(state(1.0), 2.0))
     np.testing.assert_array_equal(actions_from_reply(replies[1][2], 0.0).actions, chunk(state(5.0), 2.0))
@@ -340,9 +344,12 @@ def test_a_factory_is_called_on_the_worker_thread_and_its_engine_is_the_workers_
     assert not worker.is_alive()
 
 
-def test_an_engine_handed_in_is_not_the_workers_to_close() -> None:
+def test_a_worker_not_yet_running_has_nothing_in_flight_no_canary_no_noise() -> None:
     worker = InferenceWorker(StandIn(Clock()), RequestQueue(1), StatsCollector(), None, "inproc://unused")
     assert not worker.owns_engine
+    assert worker.in_flight == 0 and worker.canary is None and worker.noise is None and worker.engine is None
+    assert worker.cpu_samples == {}
+    assert worker.daemon  # a run hung in the backend does not keep the process from exiting
 
 
 def test_a_factory_that_fails_is_raised_to_whoever_waits_for_the_engine(rig: Rig) -> None:
@@ -372,6 +379,7 @@ def test_a_swapped_engine_serves_from_the_next_job_on_and_the_old_one_is_closed_
     assert [r.ok for r in replies] == [True, True, True]
     scales = [actions_from_reply(r, 0.0).actions[0, 0] for r in replies]
     assert scales == [1.0, 10.0, 100.0]
+    assert worker.canary is None  # none of them carries a test case
     assert worker.engine is third
     assert given.closed == 0  # handed in by the caller, who closes it
     assert replacement.closed == 1  # a reload's engine is the worker's
@@ -413,7 +421,12 @@ def test_no_canary_without_an_interval_or_without_a_test_case(rig: Rig, canary_c
     engine.test_case = case(1.0)
     worker = rig.worker(engine, canary_interval_s=0.0)
     rig.answer_all(worker, job(1))
-    assert worker.canary is None
+    assert worker.wait_loaded() is engine and worker.canary is None
+    assert [r.ok for _, _, r in rig.replies()] == [True]
+    worker = InferenceWorker(engine, RequestQueue(1), rig.stats, rig.ctx, rig.endpoint)  # off by default
+    worker.queue.close()
+    worker.run()
+    assert worker.wait_loaded() is engine and worker.canary is None
     bare = StandIn(rig.clock)
     worker = InferenceWorker(bare, RequestQueue(1), rig.stats, rig.ctx, rig.endpoint, canary_interval_s=1.0)
     worker.queue.close()
@@ -545,9 +558,10 @@ def test_it_beats_while_waiting_for_the_sockets_and_ends_if_the_queue_closes_fir
     worker = rig.worker(StandIn(rig.clock), heartbeat=beats)
     worker.start()
     worker.wait_loaded()
-    wait_until(lambda: "waiting for the sockets" in beats.log, timeout=2.0, what="a beat before serve()")
+    # it looks every 0.05 s: a beat, and whether start() gave up
+    wait_until(lambda: "waiting for the sockets" in beats.log, timeout=0.8, what="a beat before serve()")
     rig.queue.close()
-    worker.join(2.0)
+    worker.join(0.8)
     assert not worker.is_alive()
     assert set(beats.log) == {"waiting for the sockets"}
 
@@ -564,3 +578,14 @@ def test_a_running_worker_answers_a_job_queued_while_it_waits_and_stops_when_the
     rig.queue.close()
     worker.join(2.0)
     assert not worker.is_alive()
+
+
+def test_a_swapped_in_engine_with_a_test_case_gets_a_canary_of_its_own(rig: Rig, canary_clock: Clock) -> None:
+    first = StandIn(rig.clock)
+    worker = rig.worker(first, canary_interval_s=100.0)
+    checked = StandIn(rig.clock, scale=2.0)
+    checked.test_case = case(2.0)
+    first.seen = lambda: worker.swap_engine(checked)
+    rig.answer_all(worker, job(1), job(2))
+    assert worker.canary is not None and worker.canary.interval_s == 100.0
+    assert worker.canary.check(checked) and worker.canary.state.checks == 1
