@@ -246,6 +246,12 @@ SCOPES: dict[str, Scope] = {
     "server-stats": Scope(("runtime/server/stats.py",), ("tests/server/test_stats.py",)),
     # One daemon per endpoint set: the ipc lock files, the refusal naming the holder, the tcp listener.
     "server-instance": Scope(("runtime/server/instance.py",), ("tests/server/test_instance_lock.py",)),
+    # motors scan/read/sim and bench bus: ids, defaults, what each prints and hands the bus; the bench's
+    # figures on a clock the test sets.
+    "driver-cli": Scope(
+        ("drivers/cli.py", "drivers/bench.py"),
+        ("tests/drivers/test_cli.py", "tests/drivers/test_cli_commands.py"),
+    ),
 }
 
 
