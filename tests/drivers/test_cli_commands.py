@@ -474,5 +474,7 @@ def test_bench_run_measures_both_protocols_with_the_cycles_asked(monkeypatch: py
         "note": bench.PTY_NOTE,
         "results": [{"protocol": "feetech"}, {"protocol": "dynamixel"}],
     }
-    assert bench.run.__defaults__ == (500,)
+    asked.clear()
+    bench.run()
+    assert asked == [("feetech", 500), ("dynamixel", 500)]
     assert "no baud rate" in bench.PTY_NOTE and "10 bits/byte" in bench.PTY_NOTE

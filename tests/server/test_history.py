@@ -325,3 +325,12 @@ def test_the_noise_source_counts_its_draws_and_keeps_its_seed(manifest: Manifest
         noise.fill(ObservationHistory(manifest).assemble("a", frame(0), 0.0))
     assert noise.draws == 3
     assert NoiseSource(manifest).seed is None
+
+
+def test_observed_frames_count_as_heard_for_the_gap(manifest: Manifest) -> None:
+    h = ObservationHistory(manifest, max_gap_s=0.5)
+    h.observe("a", frame(1), 0.0)
+    h.observe("a", frame(2), 0.4)
+    assert steps(h.assemble("a", frame(3), 0.8)) == [2, 3]  # 0.4 s after the last observed frame
+    h.observe("a", frame(4), 1.5)  # 0.7 s: starts over
+    assert steps(h.assemble("a", frame(5), 1.6)) == [4, 5]
