@@ -12,7 +12,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import random
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -113,6 +115,10 @@ def test_the_commands_options_are_parsed() -> None:
     sim = build_parser().parse_args(["motors", "sim", "--protocol", "dynamixel", "--ids", "4", "--link", "/tmp/l"])
     assert (sim.protocol, sim.ids, sim.link) == ("dynamixel", [4], "/tmp/l")
     assert build_parser().parse_args(["bench", "bus", "--json", "--cycles", "9"]).cycles == 9
+    for action in ("scan", "read"):
+        args = build_parser().parse_args(["motors", action, "--port", "p", "--protocol", "feetech"])
+        assert (args.protocol, args.motors_command) == ("feetech", action)
+    assert build_parser().parse_args(["motors", "sim", "--protocol", "feetech"]).protocol == "feetech"
 
 
 @pytest.mark.parametrize(
@@ -121,6 +127,8 @@ def test_the_commands_options_are_parsed() -> None:
         ["motors", "scan"],  # --port is required
         ["motors", "read"],
         ["motors", "scan", "--port", "p", "--protocol", "herkulex"],
+        ["motors", "read", "--port", "p", "--protocol", "Feetech"],
+        ["motors", "sim", "--protocol", "herkulex"],
         ["motors", "scan", "--port", "p", "--ids", "300"],
         ["motors"],  # an action is required
     ],
@@ -135,7 +143,8 @@ def test_each_option_says_what_it_is_for(capsys: pytest.CaptureFixture[str]) -> 
     def help_of(*argv: str) -> str:
         with pytest.raises(SystemExit):
             build_parser().parse_args([*argv, "--help"])
-        return " ".join(capsys.readouterr().out.split())
+        # whole words: each text stands between spaces in the help, the option or command name before it
+        return " " + " ".join(capsys.readouterr().out.split()) + " "
 
     motors = help_of("motors")
     for text in (
@@ -143,7 +152,7 @@ def test_each_option_says_what_it_is_for(capsys: pytest.CaptureFixture[str]) -> 
         "print present positions in degrees (percent for the gripper)",
         "start a simulated arm on a pty and print its path (Ctrl-C stops)",
     ):
-        assert text in motors
+        assert f" {text} " in motors
     scan = help_of("motors", "scan")
     for text in (
         "serial port, e.g. /dev/ttyACM0 (or a sim pty path)",
@@ -151,23 +160,24 @@ def test_each_option_says_what_it_is_for(capsys: pytest.CaptureFixture[str]) -> 
         "reply timeout per transaction",
         "ids to ping (default 0-252)",
     ):
-        assert text in scan
+        assert f" {text} " in scan
     read = help_of("motors", "read")
     for text in (
         "calibration TOML or LeRobot JSON (default: raw full range)",
         "ids without a calibration",
         "print JSON instead of a table",
     ):
-        assert text in read
+        assert f" {text} " in read
     sim = help_of("motors", "sim")
     for text in (
         "seed homing offsets and positions from this calibration",
         "path of the port symlink to create (default: a temporary one)",
     ):
-        assert text in sim
-    assert "time a sync-read + sync-write cycle of 6 servos over a pty" in help_of("bench")
-    assert "print JSON" in help_of("bench", "bus")
-    assert "talk to the servo bus: scan, read, simulate" in help_of()
+        assert f" {text} " in sim
+    assert " bus time a sync-read + sync-write cycle of 6 servos over a pty " in help_of("bench")
+    assert " --json print JSON " in help_of("bench", "bus")
+    assert " motors talk to the servo bus: scan, read, simulate " in help_of()
+    assert " motors [-h] ACTION ... " in motors  # the usage line names the action to give
 
 
 # --- scan and read -----------------------------------------------------------------------------
@@ -339,6 +349,32 @@ def test_sim_prints_its_port_and_how_to_scan_it_and_stops_on_ctrl_c_or_sigterm(
     assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler  # SIGTERM stops it like Ctrl-C
 
 
+class Stdout:
+    """sys.stdout for a reader on a pipe: what had been written at each flush."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.flushed: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.text += s
+        return len(s)
+
+    def flush(self) -> None:
+        self.flushed.append(self.text)
+
+
+def test_sim_flushes_each_line_so_a_script_reading_the_port_gets_it_at_once(
+    sim_run: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = Stdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["motors", "sim", "--ids", "1"]) == 0
+    first, second = out.text.splitlines(keepends=True)
+    assert first == "/tmp/sim-port\n"
+    assert first in out.flushed and first + second in out.flushed
+
+
 def test_sim_seeded_from_a_calibration_takes_its_ids_middles_and_offsets(
     sim_run: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -437,6 +473,25 @@ def test_a_bench_cycle_is_timed_from_its_read_to_the_end_of_its_write_after_the_
     }
 
 
+def test_the_bench_figures_keep_four_decimals_and_its_p99_is_not_the_slowest_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 101 cycles of 10.123456, 20.123456, ... 1010.123456 ms, shuffled, after 2 warm-up cycles
+    durations_ns = [k * 10_000_000 + 123_456 for k in range(1, 102)]
+    random.Random(5).shuffle(durations_ns)
+    stamps = [0, 0]
+    for i, d in enumerate(durations_ns):
+        start = 10**12 + i * 2 * 10**9
+        stamps += [start, start + d]
+    ticks = iter(stamps)
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter_ns=lambda: next(ticks)))
+    result = bench.bench_protocol("feetech", cycles=101, warmup=2)
+    assert next(ticks, None) is None
+    assert (result.median_ms, result.p90_ms, result.p99_ms) == (510.1235, 910.1235, 1000.1235)  # ranks 50, 90, 99
+    assert result.cycles_per_tick_median == round(1000 / 30 / 510.123456, 1)
+    assert result.cycles_per_tick_p99 == round(1000 / 30 / 1000.123456, 1)
+
+
 def test_a_bench_cycle_reads_the_state_and_writes_alternating_goals(monkeypatch: pytest.MonkeyPatch) -> None:
     feetech = drivers.vendors.bus_class("feetech")
     writes: list[dict[str, float]] = []
@@ -456,6 +511,13 @@ def test_a_bench_cycle_reads_the_state_and_writes_alternating_goals(monkeypatch:
     assert len(reads) == 4
     assert (result.servos, result.cycles) == (2, 3)
     assert result.wire_bytes == 10 + 2 * 28 + 14  # sync read of 2 ids, 2 replies, sync write of 2 goals
+    assert result.wire_ms_1mbaud == 0.8 and result.cycles_per_tick_wire == 41.7  # 33.333 ms / 0.8 ms
+
+
+def test_the_bench_simulates_as_many_servos_as_it_times() -> None:
+    result = bench.bench_protocol("feetech", servos=8, cycles=1, warmup=0)
+    assert (result.servos, result.wire_bytes) == (8, (8 + 8) + 8 * 28 + (8 + 8 * 3))
+    assert result.cycles_per_tick_wire == round(1000 / 30 / 2.72, 1)
 
 
 def test_bench_run_measures_both_protocols_with_the_cycles_asked(monkeypatch: pytest.MonkeyPatch) -> None:
