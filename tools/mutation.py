@@ -260,6 +260,22 @@ SCOPES: dict[str, Scope] = {
             "tests/server/test_codec_requests.py",
         ),
     ),
+    # Frames of history per client (filled on the first frame, a reset or a gap; the bound on clients),
+    # the program's inputs in manifest order, sampling noise from one seeded generator.
+    "server-history": Scope(("runtime/server/history.py",), ("tests/server/test_history.py",)),
+    # The inference worker on a stand-in engine: jobs in order, replies and their timing, each error
+    # code, the control loop's callback, engine swaps, the canary between jobs, heartbeats, stopping.
+    "server-worker": Scope(("runtime/server/worker.py",), ("tests/server/test_worker.py",)),
+    # Request counters and latency percentiles, the stats log line and its canary part.
+    "server-stats": Scope(("runtime/server/stats.py",), ("tests/server/test_stats.py",)),
+    # One daemon per endpoint set: the ipc lock files, the refusal naming the holder, the tcp listener.
+    "server-instance": Scope(("runtime/server/instance.py",), ("tests/server/test_instance_lock.py",)),
+    # motors scan/read/sim and bench bus: ids, defaults, what each prints and hands the bus; the bench's
+    # figures on a clock the test sets.
+    "driver-cli": Scope(
+        ("drivers/cli.py", "drivers/bench.py"),
+        ("tests/drivers/test_cli.py", "tests/drivers/test_cli_commands.py"),
+    ),
 }
 
 

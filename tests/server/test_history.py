@@ -7,13 +7,22 @@ tests/engine/test_lerobot_diffusion.py).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
 import numpy as np
 import pytest
 
-from runtime.bundle.manifest import Manifest, parse_manifest
+from runtime.bundle.manifest import (
+    FileEntry,
+    LanguageEntry,
+    Manifest,
+    ProgramEntry,
+    TensorSpec,
+    TestCaseEntry,
+    parse_manifest,
+)
 from runtime.errors import BundleError
 from runtime.server.history import NOISE_PLACEHOLDER, NoiseSource, ObservationHistory
 
@@ -183,3 +192,145 @@ def test_seeded_noise_is_reproducible_and_fresh_per_request(manifest: Manifest) 
         np.testing.assert_array_equal(x, rng.standard_normal((8, 6), dtype=np.float32))
     assert np.abs(a[0] - a[1]).max() > 0.1
     assert np.abs(draws(None)[0] - draws(None)[0]).max() > 0.1
+
+
+def mixed_manifest() -> Manifest:
+    """Every kind of input, the server's own between the client's, the mask before the tokens."""
+    zeros = "0" * 64
+    spec = TensorSpec
+    return Manifest(
+        policy_name="mixed",
+        inputs=(
+            spec("mask", "bool", (4,), "language"),
+            spec("observation.state", "float32", (2, 6), "state"),
+            spec("tokens", "int64", (4,), "language"),
+            spec("weights", "float32", (8,), "prefix_weights"),
+            spec("observation.extra", "float32", (3,), "other"),  # no history: the newest frame only
+            spec("noise", "float32", (8, 6), "noise"),
+            spec("cap", "float32", (1,), "guidance"),
+            spec("observation.env", "float32", (2, 2), "env"),
+            spec("prefix", "float32", (8, 6), "prefix"),
+        ),
+        outputs=(spec("action", "float32", (4, 6), "action"),),
+        action_output="action",
+        chunk_length=4,
+        action_names=tuple("abcdef"),
+        control_rate_hz=30.0,
+        programs={"CPU": ProgramEntry("CPU", "p.pte", "f32", zeros, "full", "")},
+        test_case=TestCaseEntry("t.npz", zeros),
+        observation_history=2,
+        language=LanguageEntry(FileEntry("tokenizer.json", zeros), "tokens", "mask", 4),
+    )
+
+
+def mixed_frame(t: int) -> list[np.ndarray]:
+    return [np.full(6, t, np.float32), np.full(3, t, np.float32), np.full(2, t, np.float32)]
+
+
+def test_each_input_takes_its_place_in_manifest_order_from_the_frames_the_task_and_the_prefix() -> None:
+    h = ObservationHistory(mixed_manifest())
+    tokens, mask = np.arange(4), np.ones(4, bool)
+    prefix, weights, cap = np.zeros((8, 6), np.float32), np.ones(8, np.float32), np.full(1, 10.0, np.float32)
+    h.assemble("a", mixed_frame(1), 0.0, language=(tokens, mask), prefix=(prefix, weights, cap))
+    out = h.assemble("a", mixed_frame(2), 0.1, language=(tokens, mask), prefix=(prefix, weights, cap))
+    assert len(out) == 9
+    assert out[0] is mask and out[2] is tokens
+    assert out[3] is weights and out[6] is cap and out[8] is prefix
+    assert out[5] is NOISE_PLACEHOLDER
+    assert out[1].shape == (2, 6) and [float(v) for v in out[1][:, 0]] == [1.0, 2.0]  # oldest first
+    assert out[7].shape == (2, 2) and [float(v) for v in out[7][:, 0]] == [1.0, 2.0]
+    assert out[4].shape == (3,) and float(out[4][0]) == 2.0
+    assert h.needed
+
+
+def test_a_language_or_chunking_policy_refuses_to_assemble_without_its_task_or_prefix() -> None:
+    h = ObservationHistory(mixed_manifest())
+    lang = (np.arange(4), np.ones(4, bool))
+    rtc = (np.zeros((8, 6), np.float32), np.ones(8, np.float32), np.ones(1, np.float32))
+    with pytest.raises(ValueError) as err:
+        h.assemble("a", mixed_frame(1), 0.0, language=lang[:1], prefix=rtc)
+    assert str(err.value) == "assemble: a language policy's inputs need the task's tokens and mask"
+    with pytest.raises(ValueError) as err:
+        h.assemble("a", mixed_frame(1), 0.0, language=(*lang, lang[0]), prefix=rtc)
+    assert "task's tokens and mask" in str(err.value)
+    with pytest.raises(ValueError) as err:
+        h.assemble("a", mixed_frame(1), 0.0, language=lang, prefix=rtc[:2])
+    assert str(err.value) == "assemble: a real-time chunking policy's inputs need its leftover, weights and cap"
+    assert len(h) == 0  # nothing was kept of a refused frame
+
+
+def test_a_policy_without_history_keeps_nothing_but_one_with_server_inputs_is_still_needed() -> None:
+    m = dataclasses.replace(mixed_manifest(), observation_history=1)
+    m = dataclasses.replace(
+        m,
+        inputs=tuple(dataclasses.replace(s, shape=s.shape[1:]) if s.role in ("state", "env") else s for s in m.inputs),
+    )
+    h = ObservationHistory(m)
+    lang = (np.arange(4), np.ones(4, bool))
+    rtc = (np.zeros((8, 6), np.float32), np.ones(8, np.float32), np.ones(1, np.float32))
+    frame_1 = mixed_frame(1)
+    out = h.assemble("a", frame_1, 0.0, language=lang, prefix=rtc)
+    assert out[1] is frame_1[0] and out[7] is frame_1[2]
+    h.observe("a", frame_1, 0.0)
+    assert len(h) == 0 and h.resets == 0  # no frames to keep for anyone
+    assert h.needed  # noise, tokens and prefix are still the server's to fill
+
+
+def test_observe_adds_a_frame_without_assembling(manifest: Manifest) -> None:
+    h = ObservationHistory(manifest)
+    h.observe("a", frame(1), 0.0)
+    h.observe("a", frame(2), 0.1)
+    assert steps(h.assemble("a", frame(3), 0.2)) == [2, 3]
+    h.observe("b", frame(5), 0.2, reset=True)
+    h.observe("a", frame(4), 0.3, reset=True)
+    assert steps(h.assemble("a", frame(6), 0.4)) == [4, 6]
+    assert h.resets == 3  # a, b, a's reset
+
+
+def test_a_frame_exactly_max_gap_s_after_the_last_one_continues_the_history(manifest: Manifest) -> None:
+    h = ObservationHistory(manifest, max_gap_s=0.5)
+    h.assemble("a", frame(1), 0.0)
+    assert steps(h.assemble("a", frame(2), 0.5)) == [1, 2]
+    assert steps(h.assemble("a", frame(3), 1.0 + 1e-9)) == [3, 3]
+
+
+def test_at_the_bound_a_history_exactly_max_gap_s_old_is_not_expired() -> None:
+    h = ObservationHistory(parse_manifest(DIFFUSION), max_gap_s=1.0, max_clients=3)
+    for client, t in (("a", 0.0), ("b", 0.0), ("c", 0.5)):
+        h.assemble(client, frame(1), t)
+    h.assemble("d", frame(1), 1.0)  # a and b are exactly 1 s old: live; one goes for d, not both
+    assert len(h) == 3
+
+
+def test_expired_histories_are_kept_until_the_bound_is_reached() -> None:
+    h = ObservationHistory(parse_manifest(DIFFUSION), max_gap_s=1.0, max_clients=3)
+    h.assemble("a", frame(1), 0.0)
+    h.assemble("b", frame(1), 5.0)  # a expired, but there is room: nobody is dropped
+    assert len(h) == 2
+    h.assemble("b", frame(2), 5.1, reset=True)
+    assert len(h) == 2
+
+
+def test_forgetting_a_client_never_seen_is_harmless(manifest: Manifest) -> None:
+    h = ObservationHistory(manifest)
+    h.assemble("a", frame(1), 0.0)
+    h.forget("nobody")
+    assert len(h) == 1
+
+
+def test_the_noise_source_counts_its_draws_and_keeps_its_seed(manifest: Manifest) -> None:
+    noise = NoiseSource(manifest, 11)
+    assert (noise.seed, noise.draws) == (11, 0)
+    for _ in range(3):
+        noise.fill(ObservationHistory(manifest).assemble("a", frame(0), 0.0))
+    assert noise.draws == 3
+    assert NoiseSource(manifest).seed is None
+
+
+def test_observed_frames_count_as_heard_for_the_gap(manifest: Manifest) -> None:
+    h = ObservationHistory(manifest, max_gap_s=0.5)
+    h.observe("a", frame(1), 0.0)
+    h.observe("a", frame(2), 0.4)
+    assert steps(h.assemble("a", frame(3), 0.8)) == [2, 3]  # 0.4 s after the last observed frame
+    h.observe("a", frame(4), 1.5)  # 0.7 s: starts over
+    assert steps(h.assemble("a", frame(5), 1.6)) == [4, 5]
