@@ -227,7 +227,8 @@ def test_the_program_matches_lerobots_rtc_chunk(
             want = lerobot.step(obs, flow, left, delay)
             assert error(got, want, scale) < tolerance, (steps, delay)
             plain = lerobot.step(obs, flow)
-            assert error(want, plain, scale) > 100 * tolerance  # the guidance changed the chunk
+            # the guidance changed LeRobot's own chunk (both eager f32, whatever precision the engine ran)
+            assert error(want, plain, scale) > 100 * TOLERANCE
             n = min(steps, delay, STEPS)
             if n:  # the frozen steps follow the leftover far closer than plain sampling does
                 assert error_of(want[:n], left[:n], scale) < error_of(plain[:n], left[:n], scale) / 2
