@@ -18,6 +18,9 @@ from drivers.sim.simulator import ServoSimulator
 from drivers.vendors import bus_class
 
 TICK_MS = 1000 / 30
+# how long a cycle waits for the simulator's replies: the bench times cycles, it does not test the
+# bus's give-up time, and a simulator thread on a loaded machine may take tens of ms to answer
+REPLY_TIMEOUT_MS = 500
 BITS_PER_BYTE = 10
 PTY_NOTE = (
     "measured over a pseudo-terminal, which has no baud rate: the times are the driver's and the "
@@ -50,7 +53,7 @@ def bench_protocol(
 ) -> BusBench:
     ids = list(range(1, servos + 1))
     with ServoSimulator(protocol, ids) as sim:
-        bus = bus_class(protocol)(sim.port, Calibration.uncalibrated(ids), timeout_ms=50)
+        bus = bus_class(protocol)(sim.port, Calibration.uncalibrated(ids), timeout_ms=REPLY_TIMEOUT_MS)
         with bus:
             bus.enable_torque()
             goals = [{n: 5.0 for n in bus.joints}, {n: -5.0 for n in bus.joints}]

@@ -515,6 +515,20 @@ def test_a_bench_cycle_reads_the_state_and_writes_alternating_goals(monkeypatch:
     assert result.wire_ms_1mbaud == 0.8 and result.cycles_per_tick_wire == 41.7  # 33.333 ms / 0.8 ms
 
 
+def test_a_bench_cycle_waits_half_a_second_for_the_simulators_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+    feetech = drivers.vendors.bus_class("feetech")
+    timeouts: list[float] = []
+    real_init = feetech.__init__
+
+    def init(self: Any, port: str, calibration: Any, **kw: Any) -> None:
+        timeouts.append(kw["timeout_ms"])
+        real_init(self, port, calibration, **kw)
+
+    monkeypatch.setattr(feetech, "__init__", init)
+    bench.bench_protocol("feetech", servos=1, cycles=1, warmup=0)
+    assert timeouts == [500]
+
+
 def test_the_bench_simulates_as_many_servos_as_it_times() -> None:
     result = bench.bench_protocol("feetech", servos=8, cycles=1, warmup=0)
     assert (result.servos, result.wire_bytes) == (8, (8 + 8) + 8 * 28 + (8 + 8 * 3))
