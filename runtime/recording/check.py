@@ -75,6 +75,9 @@ def _check_info(report: CheckReport) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError) as e:
         report.add(where, f"not readable JSON ({e})")
         return None
+    if not isinstance(info, dict):
+        report.add(where, f"expected a JSON object, found {type(info).__name__}")
+        return None
     expected_types = {
         "codebase_version": str,
         "total_episodes": int,
@@ -90,6 +93,10 @@ def _check_info(report: CheckReport) -> dict[str, Any] | None:
         if not isinstance(info.get(key), kind):
             report.add(where, f"{key}: expected {kind.__name__}, found {info.get(key)!r}")
     if report.problems:
+        return None
+    for key, ft in info["features"].items():
+        _check_feature(report, key, ft)
+    if report.problems:  # what follows reads every feature's dtype and shape
         return None
     if info["codebase_version"] != layout.CODEBASE_VERSION:
         report.add(where, f"codebase_version: expected {layout.CODEBASE_VERSION!r}, found {info['codebase_version']!r}")
@@ -107,8 +114,6 @@ def _check_info(report: CheckReport) -> dict[str, Any] | None:
     for key, ft in features.items():
         if "/" in key:
             report.add(where, f"features.{key}: a feature name may not contain '/'")
-        if not isinstance(ft.get("shape"), list) or not all(isinstance(v, int) for v in ft["shape"]):
-            report.add(where, f"features.{key}.shape: expected a list of integers, found {ft.get('shape')!r}")
         if ft.get("dtype") == "video":
             vinfo = ft.get("info")
             if info["total_episodes"] and not isinstance(vinfo, dict):
@@ -123,6 +128,27 @@ def _check_info(report: CheckReport) -> dict[str, Any] | None:
     report.episodes = info["total_episodes"]
     report.frames = info["total_frames"]
     return info
+
+
+def _check_feature(report: CheckReport, key: str, ft: Any) -> None:
+    """One entry of info.json's features: a table with a dtype this format stores and its shape, a
+    non-empty list of positive integers (height, width, channels for a video)."""
+    where = f"{layout.INFO_PATH}: features.{key}"
+    if not isinstance(ft, dict):
+        report.add(where, f"expected a table with dtype and shape, found {ft!r}")
+        return
+    dtypes = ["video", *tables.SCALAR_DTYPES]
+    if ft.get("dtype") not in dtypes:
+        report.add(where, f"dtype: expected one of {dtypes}, found {ft.get('dtype')!r}")
+    shape = ft.get("shape")
+    if (
+        not isinstance(shape, list)
+        or not shape
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape)
+    ):
+        report.add(where, f"shape: expected a non-empty list of positive integers, found {shape!r}")
+    elif ft.get("dtype") == "video" and len(shape) != 3:
+        report.add(where, f"shape: expected [height, width, channels] for a video, found {shape!r}")
 
 
 def _check_tasks(report: CheckReport, info: dict[str, Any]) -> list[str]:
@@ -143,6 +169,11 @@ def _check_tasks(report: CheckReport, info: dict[str, Any]) -> list[str]:
             report.add(where, f"pandas index_columns: expected ['__index_level_0__'], found {index_columns}")
     if set(table.column_names) != {"task_index", "__index_level_0__"}:
         report.add(where, f"columns: expected task_index and the task text index, found {table.column_names}")
+        return []
+    arrow = tables.pa()
+    _check_column(report, where, table, "task_index", arrow.int64())
+    _check_column(report, where, table, "__index_level_0__", arrow.string())
+    if report.problems:
         return []
     indices = table.column("task_index").to_pylist()
     texts = table.column("__index_level_0__").to_pylist()
@@ -175,6 +206,9 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
                 continue
             if name not in table.column_names:
                 report.add(where, f"column {name!r} missing")
+        for name in expected.names:
+            if name in table.column_names and not name.startswith("stats/"):
+                _check_column(report, where, table, name, expected.field(name).type)
         for key, ft in tables.stats_features(features).items():
             for stat in layout.STAT_KEYS:
                 col = f"stats/{key}/{stat}"
@@ -187,6 +221,8 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
                     if got != want:
                         report.add(where, f"{col}: expected shape {want}, found {got}")
                         break
+        if report.problems:  # the rows below are read by these columns
+            continue
         names = [n for n in table.column_names if not n.startswith("stats/")]
         for row in table.select(names).to_pylist():
             expected_place = (row.get("meta/episodes/chunk_index"), row.get("meta/episodes/file_index"))
@@ -212,12 +248,35 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
                 f"[{position}, {position + r['length']}) (length {r['length']} after the episodes before it)",
             )
         position += r["length"]
-        for task in r["tasks"] or []:
+        for task in r.get("tasks") or []:
             if task not in tasks:
                 report.add(where, f"{ep}: task {task!r} is not in {layout.TASKS_PATH}")
     if position != info["total_frames"]:
         report.add(where, f"episode lengths add up to {position}, info.json total_frames is {info['total_frames']}")
     return rows
+
+
+def _check_column(report: CheckReport, where: str, table: Any, name: str, want: Any) -> None:
+    """A metadata column of the kind LeRobot writes (any integer width for an integer, any float or
+    integer for a float, a list of strings for a list of strings, else the type itself), no nulls."""
+    types = tables.pa().types
+    got = table.schema.field(name).type
+    if types.is_integer(want):
+        ok = types.is_integer(got)
+    elif types.is_floating(want):
+        ok = types.is_floating(got) or types.is_integer(got)
+    elif types.is_list(want):
+        ok = (types.is_list(got) or types.is_large_list(got)) and (
+            types.is_string(got.value_type) or types.is_large_string(got.value_type)
+        )
+    elif types.is_string(want):
+        ok = types.is_string(got) or types.is_large_string(got)
+    else:
+        ok = got == want
+    if not ok:
+        report.add(where, f"column {name!r}: expected {want}, found {got}")
+    elif table.column(name).null_count:
+        report.add(where, f"column {name!r}: {table.column(name).null_count} null values, expected none")
 
 
 def _check_data(report: CheckReport, info: dict[str, Any], episodes: list[dict[str, Any]]) -> None:
@@ -347,20 +406,36 @@ def _check_stats(report: CheckReport, info: dict[str, Any]) -> None:
         if info["total_episodes"]:
             report.add(where, "missing")
         return
-    with open(path, encoding="utf-8") as f:
-        stats = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            stats = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        report.add(where, f"not readable JSON ({e})")
+        return
+    if not isinstance(stats, dict):
+        report.add(where, f"expected a JSON object, found {type(stats).__name__}")
+        return
     for key, ft in tables.stats_features(info["features"]).items():
         if key not in stats:
             report.add(where, f"{key}: no statistics")
             continue
+        if not isinstance(stats[key], dict):
+            report.add(where, f"{key}: expected a table of statistics, found {stats[key]!r:.60}")
+            continue
+        count = None
         for stat in layout.STAT_KEYS:
             if stat not in stats[key]:
                 report.add(where, f"{key}.{stat}: missing")
                 continue
             want = (1,) if stat == "count" else _stat_shape(ft)
-            got = np.asarray(stats[key][stat]).shape
-            if got != want:
-                report.add(where, f"{key}.{stat}: expected shape {want}, found {got}")
-        count = stats[key].get("count", [None])[0]
-        if ft["dtype"] != "video" and count != info["total_frames"]:
+            try:
+                value = np.asarray(stats[key][stat], dtype=np.float64)
+            except (TypeError, ValueError):
+                report.add(where, f"{key}.{stat}: expected numbers of shape {want}, found {stats[key][stat]!r:.60}")
+                continue
+            if value.shape != want:
+                report.add(where, f"{key}.{stat}: expected shape {want}, found {value.shape}")
+            elif stat == "count":
+                count = stats[key][stat][0]
+        if ft["dtype"] != "video" and count is not None and count != info["total_frames"]:
             report.add(where, f"{key}.count: {count}, info.json total_frames is {info['total_frames']}")

@@ -33,6 +33,8 @@ def pa() -> Any:
 
 
 _ARROW_SCALARS = {"float32": "float32", "float64": "float64", "int64": "int64", "bool": "bool_", "string": "string"}
+#: the dtypes of a feature stored in the data files (a "video" feature is stored in its own files)
+SCALAR_DTYPES = tuple(_ARROW_SCALARS)
 
 
 def _arrow_type(ft: Mapping[str, Any]) -> Any:
