@@ -42,6 +42,9 @@ class Scope:
 SCOPES: dict[str, Scope] = {
     "parity": Scope(("runtime/engine/parity.py",), ("tests/engine/test_parity.py",)),
     "validation": Scope(("runtime/engine/validate.py",), ("tests/engine/test_validate.py",)),
+    # OpenVINO's C library found in this process's memory map (a path with spaces too), the environment
+    # or the package, and its last error text read and freed; a memory map and a library the test makes.
+    "engine-ovlib": Scope(("runtime/engine/ovlib.py",), ("tests/engine/test_ovlib.py",)),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
         (
