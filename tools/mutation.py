@@ -45,6 +45,9 @@ SCOPES: dict[str, Scope] = {
     # OpenVINO's C library found in this process's memory map (a path with spaces too), the environment
     # or the package, and its last error text read and freed; a memory map and a library the test makes.
     "engine-ovlib": Scope(("runtime/engine/ovlib.py",), ("tests/engine/test_ovlib.py",)),
+    # Inference's CPU set and its refusal, pinning, every thread moved while an engine loads and given
+    # its set back, and what procfs says a thread ran on (a procfs tree the test writes).
+    "engine-affinity": Scope(("runtime/engine/affinity.py",), ("tests/engine/test_affinity.py",)),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
         (
