@@ -48,6 +48,9 @@ SCOPES: dict[str, Scope] = {
     # Inference's CPU set and its refusal, pinning, every thread moved while an engine loads and given
     # its set back, and what procfs says a thread ran on (a procfs tree the test writes).
     "engine-affinity": Scope(("runtime/engine/affinity.py",), ("tests/engine/test_affinity.py",)),
+    # The serving canary on a stand-in engine and a clock the test moves: when a check is due (idle, or
+    # a whole period late), what each check records, a wrong answer or an exception failing it for good.
+    "engine-canary": Scope(("runtime/engine/canary.py",), ("tests/engine/test_canary.py",)),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
         (
