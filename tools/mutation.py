@@ -51,6 +51,17 @@ SCOPES: dict[str, Scope] = {
     # The serving canary on a stand-in engine and a clock the test moves: when a check is due (idle, or
     # a whole period late), what each check records, a wrong answer or an exception failing it for good.
     "engine-canary": Scope(("runtime/engine/canary.py",), ("tests/engine/test_canary.py",)),
+    # The engine's small rules: precision names and order and the execution graph read (stand-in compiled
+    # models), every [engine] refusal, the device choice and its reasons, output poisoning.
+    "engine-rules": Scope(
+        tuple(f"runtime/engine/{m}.py" for m in ("precision", "config", "devices", "poison")),
+        (
+            "tests/engine/test_precision_rules.py",
+            "tests/engine/test_config.py",
+            "tests/engine/test_devices.py",
+            "tests/engine/test_poison.py",
+        ),
+    ),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
         (

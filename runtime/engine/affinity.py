@@ -42,7 +42,7 @@ def pin_current_thread(cpus: list[int]) -> None:
     log.debug("pinned thread %d to CPUs %s", threading.get_native_id(), cpus)
 
 
-def _stat_field(tid: int, pid: int | str, *numbers: int, proc: str | os.PathLike[str] = "/proc") -> list[int] | None:
+def _stat_field(tid: int, pid: int | str, *numbers: int, proc: str | os.PathLike[str]) -> list[int] | None:
     """Fields of ``/proc/PID/task/TID/stat`` by their 1-based number in proc(5); None when the thread is gone.
 
     ``proc``: where procfs is mounted (a test's own tree).
