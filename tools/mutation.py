@@ -62,6 +62,10 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_poison.py",
         ),
     ),
+    # Loading on a stand-in bundle and stand-in engines (no export, no compile): the engine chosen and
+    # why, what each is handed, the OpenVINO version check, the parity gate and its override, warm-up,
+    # the report's timings on a clock the test moves.
+    "engine-loader": Scope(("runtime/engine/loader.py",), ("tests/engine/test_loader.py",)),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
         (
