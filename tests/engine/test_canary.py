@@ -246,3 +246,10 @@ def test_a_failed_state_on_the_wire() -> None:
         "failed": True,
         "failure": c.failure,
     }
+
+
+def test_a_first_check_under_a_millisecond_is_the_longest_so_far() -> None:
+    clock = Clock()
+    c = Canary(case(), 1.0, clock=clock)
+    assert c.check(Engine(clock, ms=[0.25]))
+    assert c.state.last_check_ms == 0.25 and c.state.max_check_ms == 0.25
