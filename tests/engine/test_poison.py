@@ -55,3 +55,12 @@ def test_the_message_names_the_output_and_the_counts() -> None:
         "OpenVINO returned without writing output 'action' (3 of 60 values unwritten) and reported no error; "
         "the previous result is not served"
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_a_single_value_output_left_unwritten_is_counted(dtype: type) -> None:
+    a = np.zeros((1, 1), dtype)
+    poison(a)
+    assert unwritten(a) == 1
+    a[0, 0] = 2
+    assert unwritten(a) == 0
