@@ -423,3 +423,13 @@ def test_a_parity_failure_allowed_serves_anyway(world: World) -> None:
     assert report.parity is not None and not report.parity.ok
     assert engine.test_case is world.case and world.engines[0].closed == 0
     assert len(world.engines[0].runs) == 2  # the failing replay, then the warm-up
+
+
+def test_a_device_present_without_a_program_is_passed_over_naming_the_bundle(world: World) -> None:
+    world.present = ["CPU", "NPU"]
+    report = LoadReport()
+    load_engine(config(world, devices=("NPU", "CPU")), report=report)
+    assert report.skipped_devices == (
+        f"NPU: present, but the bundle has no NPU program (make one with: lerobot-runtime lower {world.path} "
+        "--device NPU)",
+    )
