@@ -42,6 +42,30 @@ class Scope:
 SCOPES: dict[str, Scope] = {
     "parity": Scope(("runtime/engine/parity.py",), ("tests/engine/test_parity.py",)),
     "validation": Scope(("runtime/engine/validate.py",), ("tests/engine/test_validate.py",)),
+    # OpenVINO's C library found in this process's memory map (a path with spaces too), the environment
+    # or the package, and its last error text read and freed; a memory map and a library the test makes.
+    "engine-ovlib": Scope(("runtime/engine/ovlib.py",), ("tests/engine/test_ovlib.py",)),
+    # Inference's CPU set and its refusal, pinning, every thread moved while an engine loads and given
+    # its set back, and what procfs says a thread ran on (a procfs tree the test writes).
+    "engine-affinity": Scope(("runtime/engine/affinity.py",), ("tests/engine/test_affinity.py",)),
+    # The serving canary on a stand-in engine and a clock the test moves: when a check is due (idle, or
+    # a whole period late), what each check records, a wrong answer or an exception failing it for good.
+    "engine-canary": Scope(("runtime/engine/canary.py",), ("tests/engine/test_canary.py",)),
+    # The engine's small rules: precision names and order and the execution graph read (stand-in compiled
+    # models), every [engine] refusal, the device choice and its reasons, output poisoning.
+    "engine-rules": Scope(
+        tuple(f"runtime/engine/{m}.py" for m in ("precision", "config", "devices", "poison")),
+        (
+            "tests/engine/test_precision_rules.py",
+            "tests/engine/test_config.py",
+            "tests/engine/test_devices.py",
+            "tests/engine/test_poison.py",
+        ),
+    ),
+    # Loading on a stand-in bundle and stand-in engines (no export, no compile): the engine chosen and
+    # why, what each is handed, the OpenVINO version check, the parity gate and its override, warm-up,
+    # the report's timings on a clock the test moves.
+    "engine-loader": Scope(("runtime/engine/loader.py",), ("tests/engine/test_loader.py",)),
     "codec": Scope(
         ("runtime/protocol/codec.py", "runtime/protocol/arrays.py"),
         (

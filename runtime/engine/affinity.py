@@ -42,10 +42,13 @@ def pin_current_thread(cpus: list[int]) -> None:
     log.debug("pinned thread %d to CPUs %s", threading.get_native_id(), cpus)
 
 
-def _stat_field(tid: int, pid: int | str, *numbers: int) -> list[int] | None:
-    """Fields of ``/proc/PID/task/TID/stat`` by their 1-based number in proc(5); None when the thread is gone."""
+def _stat_field(tid: int, pid: int | str, *numbers: int, proc: str | os.PathLike[str]) -> list[int] | None:
+    """Fields of ``/proc/PID/task/TID/stat`` by their 1-based number in proc(5); None when the thread is gone.
+
+    ``proc``: where procfs is mounted (a test's own tree).
+    """
     try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+        with open(os.path.join(proc, str(pid), "task", str(tid), "stat"), "rb") as f:
             stat = f.read()
     except OSError:
         return None
@@ -54,18 +57,18 @@ def _stat_field(tid: int, pid: int | str, *numbers: int) -> list[int] | None:
     return [int(fields[n - 3]) for n in numbers]
 
 
-def thread_cpu(tid: int, pid: int | str = "self") -> int | None:
+def thread_cpu(tid: int, pid: int | str = "self", *, proc: str | os.PathLike[str] = "/proc") -> int | None:
     """The CPU thread ``tid`` of process ``pid`` last ran on (field 39, ``processor``).
 
     This is where the thread really ran, which an affinity mask read back does not prove.
     """
-    fields = _stat_field(tid, pid, 39)
+    fields = _stat_field(tid, pid, 39, proc=proc)
     return None if fields is None else fields[0]
 
 
-def thread_cpu_time(tid: int, pid: int | str = "self") -> int | None:
+def thread_cpu_time(tid: int, pid: int | str = "self", *, proc: str | os.PathLike[str] = "/proc") -> int | None:
     """User + system clock ticks thread ``tid`` has run (fields 14 and 15)."""
-    fields = _stat_field(tid, pid, 14, 15)
+    fields = _stat_field(tid, pid, 14, 15, proc=proc)
     return None if fields is None else sum(fields)
 
 
@@ -99,10 +102,12 @@ def _threads() -> list[int]:
     return [int(t) for t in os.listdir("/proc/self/task")]
 
 
-def thread_cpus_allowed(tid: int, pid: int | str = "self") -> set[int] | None:
+def thread_cpus_allowed(
+    tid: int, pid: int | str = "self", *, proc: str | os.PathLike[str] = "/proc"
+) -> set[int] | None:
     """Thread ``tid``'s CPU affinity as the kernel has it now (``Cpus_allowed_list``), None when gone."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
+        with open(os.path.join(proc, str(pid), "task", str(tid), "status")) as f:
             for line in f:
                 if line.startswith("Cpus_allowed_list:"):
                     out: set[int] = set()

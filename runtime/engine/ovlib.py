@@ -20,13 +20,18 @@ _LIB_NAME = "libopenvino_c.so"
 _handle: ctypes.CDLL | None = None
 
 
-def loaded_library_path() -> str | None:
-    """Path of the ``libopenvino_c`` this process has mapped, if any."""
+def loaded_library_path(maps: str | os.PathLike[str] = "/proc/self/maps") -> str | None:
+    """Path of the ``libopenvino_c`` this process has mapped, if any (``maps``: a proc(5) memory map).
+
+    A line is "address perms offset dev inode pathname"; the path is the rest of the line after the
+    fifth field, spaces included (a virtualenv under "My Projects" is a path with a space).
+    """
     try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                if _LIB_NAME in line:
-                    return line.rsplit(None, 1)[-1]
+        with open(maps) as lines:
+            for line in lines:
+                fields = line.rstrip("\n").split(None, 5)
+                if len(fields) == 6 and _LIB_NAME in os.path.basename(fields[5]):
+                    return fields[5]
     except OSError:
         return None
     return None

@@ -33,10 +33,14 @@ OV_HINT: Final[dict[str, str | None]] = {"f32": "f32", "f16": "f16", "bf16": "bf
 
 
 def ov_precision_name(value: Any) -> str:
-    """OpenVINO element type (``<Type: 'float32'>``, ``bf16``, ``FP32``...) -> f32 | f16 | bf16 | int8."""
+    """OpenVINO element type (``<Type: 'float32'>``, ``bf16``, ``FP32``...) -> f32 | f16 | bf16 | int8.
+
+    Anything else is returned as its lower-case text.
+    """
     text = str(getattr(value, "get_type_name", lambda: value)()).lower()
     for key, name in (
         ("bf16", "bf16"),
+        ("bfloat16", "bf16"),  # before float16, which it contains
         ("f16", "f16"),
         ("float16", "f16"),
         ("fp16", "f16"),
@@ -45,6 +49,7 @@ def ov_precision_name(value: Any) -> str:
         ("fp32", "f32"),
         ("i8", "int8"),
         ("u8", "int8"),
+        ("int8", "int8"),  # <Type: 'int8_t'>, <Type: 'uint8_t'>
     ):
         if key in text:
             return name

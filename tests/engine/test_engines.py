@@ -13,7 +13,7 @@ import pytest
 from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.engine.base import Engine
 from runtime.engine.config import EngineConfig
-from runtime.engine.devices import choose_device, present_devices
+from runtime.engine.devices import present_devices
 from runtime.engine.loader import LoadReport, load_engine
 from runtime.engine.parity import compare
 from runtime.errors import BundleError, ConfigError, DeviceError, InputValidationError, ParityError
@@ -245,19 +245,6 @@ def test_absent_device_only_is_refused_naming_what_is_there(demo_bundle: Path) -
         pytest.skip("this machine has both a GPU and an NPU")
     with pytest.raises(DeviceError, match=rf"{missing}: not present \(OpenVINO sees .*CPU"):
         _load(demo_bundle, devices=(missing,))
-
-
-def test_choose_device_rules() -> None:
-    programs = {"CPU": object(), "GPU": object()}
-    c = choose_device(["NPU", "GPU", "CPU"], ["CPU", "GPU", "NPU"], programs, "b")
-    assert c.device == "GPU"
-    assert c.skipped == (
-        "NPU: present, but the bundle has no NPU program (make one with: lerobot-runtime lower b --device NPU)",
-    )
-    c = choose_device(["GPU", "CPU"], ["CPU"], programs, "b")
-    assert c.device == "CPU" and c.skipped[0].startswith("GPU: not present")
-    with pytest.raises(DeviceError, match=r"no usable inference device: NPU: not present .*Bundle programs: CPU, GPU"):
-        choose_device(["NPU"], ["CPU"], programs, "b")
 
 
 @pytest.mark.parametrize(

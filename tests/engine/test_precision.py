@@ -125,11 +125,3 @@ def test_executed_precision_reads_the_execution_graph() -> None:
         for op in compiled.get_runtime_model().get_ops()
     }
     assert ov_precision_name(layers["FullyConnected"]) == "f32"
-
-
-def test_lower_of_orders_precisions_by_exactness() -> None:
-    assert lower_of("f32", "bf16") == "bf16"
-    assert lower_of("f16", "f32") == "f16"
-    assert lower_of("int8", "f32") == "int8"
-    assert lower_of("f32", "f32") == "f32"
-    assert lower_of("bf16", "f16") == "bf16"
