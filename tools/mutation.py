@@ -68,6 +68,9 @@ SCOPES: dict[str, Scope] = {
     "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_safety.py", "tests/control/test_parts.py")),
     # A bundle whose files were changed after export must not load: the sha256 checks of what is read.
     "bundle-integrity": Scope(("runtime/bundle/bundle.py",), ("tests/engine/test_bundle_integrity.py",)),
+    # A .pte read without torch: methods, delegates and payloads (inline or in a segment); a truncated
+    # or altered file, an index out of range, a segment without the extended header refused naming the file.
+    "bundle-pte": Scope(("runtime/bundle/pte.py",), ("tests/bundle/test_pte.py",)),
     # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
     # the size limit derived from the policy, and the config that sets it.
     "server-limits": Scope(
