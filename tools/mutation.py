@@ -71,6 +71,17 @@ SCOPES: dict[str, Scope] = {
     # A .pte read without torch: methods, delegates and payloads (inline or in a segment); a truncated
     # or altered file, an index out of range, a segment without the extended header refused naming the file.
     "bundle-pte": Scope(("runtime/bundle/pte.py",), ("tests/bundle/test_pte.py",)),
+    # manifest.json: every field's refusal naming the file and the field, defaults, what is written
+    # back. Of tests/engine/test_manifest.py only the tests without the demo bundle's export.
+    "bundle-manifest": Scope(
+        ("runtime/bundle/manifest.py",),
+        (
+            "tests/bundle/test_manifest.py",
+            "tests/engine/test_manifest.py::test_good_manifest_round_trips",
+            "tests/engine/test_manifest.py::test_bad_field_is_named",
+            "tests/engine/test_manifest.py::test_missing_and_unreadable_manifest",
+        ),
+    ),
     # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
     # the size limit derived from the policy, and the config that sets it.
     "server-limits": Scope(
