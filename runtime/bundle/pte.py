@@ -58,6 +58,7 @@ _SEGMENT_SIZE = 6
 
 _UNION_KERNEL_CALL = 1
 _UNION_DELEGATE_CALL = 2
+_LOCATION_INLINE = 0
 _LOCATION_SEGMENT = 1
 # the extended header: magic, u32 length, u64 program size, u64 segment base offset (24 bytes); from
 # 32 bytes on, a u64 segment data size follows
@@ -199,7 +200,7 @@ def parse_program(data: bytes | memoryview, name: str = "<program>") -> dict[str
             f"{len(data)} bytes; it is truncated; re-export the bundle"
         )
     try:
-        segment_base = _extended_header(data)
+        header = _extended_header(data)
         root = _at(data, 0)
         inline = [_bytes(t, _INLINE_DATA) for t in _vector_tables(root, _PROGRAM_BACKEND_DELEGATE_DATA)]
         segments = [
@@ -209,7 +210,7 @@ def parse_program(data: bytes | memoryview, name: str = "<program>") -> dict[str
         methods: dict[str, MethodInfo] = {}
         for plan in _vector_tables(root, _PROGRAM_EXECUTION_PLAN):
             methods_name = _string(plan, _PLAN_NAME)
-            methods[methods_name] = _method(plan, methods_name, data, inline, segments, segment_base)
+            methods[methods_name] = _method(plan, methods_name, data, inline, segments, header)
     except _Malformed as e:
         raise BundleError(f"{name}: corrupt ExecuTorch program: {e}; re-export the bundle") from None
     except UnicodeDecodeError as e:
@@ -217,8 +218,8 @@ def parse_program(data: bytes | memoryview, name: str = "<program>") -> dict[str
     return methods
 
 
-def _extended_header(data: bytes | memoryview) -> int | None:
-    """The segment base offset the extended header gives, None without the header."""
+def _extended_header(data: bytes | memoryview) -> tuple[int, int] | None:
+    """The segment base offset and program size the extended header gives, None without the header."""
     if data[8:12] != EXTENDED_HEADER_MAGIC:
         return None
     length, program_size, segment_base = (_read(data, fmt, at) for fmt, at in (("<I", 12), ("<Q", 16), ("<Q", 24)))
@@ -229,6 +230,10 @@ def _extended_header(data: bytes | memoryview) -> int | None:
             f"the extended header gives a program of {program_size} bytes, but the file has {len(data)} bytes; "
             "it is truncated"
         )
+    if 8 + length > program_size:
+        raise _Malformed(
+            f"extended header length at byte 12 is {length}, past the end of the program ({program_size} bytes)"
+        )
     if length >= _HEADER_SEGMENT_DATA_LENGTH:
         segment_data = _read(data, "<Q", 32)
         if segment_base + segment_data > len(data):
@@ -236,7 +241,7 @@ def _extended_header(data: bytes | memoryview) -> int | None:
                 f"the extended header gives segment data of {segment_data} bytes at byte {segment_base}, "
                 f"ending at byte {segment_base + segment_data}, but the file has {len(data)} bytes; it is truncated"
             )
-    return segment_base
+    return segment_base, program_size
 
 
 def _method(
@@ -245,7 +250,7 @@ def _method(
     data: bytes | memoryview,
     inline: list[bytes],
     segments: list[tuple[int, int]],
-    segment_base: int | None,
+    header: tuple[int, int] | None,
 ) -> MethodInfo:
     delegates: list[DelegateInfo] = []
     for d in _vector_tables(plan, _PLAN_DELEGATES):
@@ -257,11 +262,23 @@ def _method(
         if ref is None:
             raise _Malformed(f"method {method!r}: delegate {len(delegates)} has no processed payload")
         index = _scalar(ref, _DATA_REF_INDEX, "<I")
-        if _scalar(ref, _DATA_REF_LOCATION, "<b") == _LOCATION_SEGMENT:
-            if segment_base is None:
+        location = _scalar(ref, _DATA_REF_LOCATION, "<b")
+        if location not in (_LOCATION_INLINE, _LOCATION_SEGMENT):
+            raise _Malformed(
+                f"method {method!r}: delegate {len(delegates)}'s payload location is {location}, "
+                f"expected {_LOCATION_INLINE} (inline) or {_LOCATION_SEGMENT} (segment)"
+            )
+        if location == _LOCATION_SEGMENT:
+            if header is None:
                 raise _Malformed(
                     f"method {method!r}: delegate {len(delegates)}'s payload is in segment {index}, but the file has "
                     f"no extended header ({EXTENDED_HEADER_MAGIC!r} at byte 8) giving where segments start"
+                )
+            segment_base, program_size = header
+            if segment_base < program_size:
+                raise _Malformed(
+                    f"the extended header gives segment base offset {segment_base}, inside the program "
+                    f"({program_size} bytes)"
                 )
             offset, size = _entry(segments, index, f"method {method!r}: delegate {len(delegates)}'s segment")
             start = segment_base + offset

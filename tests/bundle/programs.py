@@ -22,7 +22,7 @@ HEADER_LENGTH = 32  # magic, u32 length, u64 program size, segment base offset, 
 @dataclass
 class Delegate:
     backend_id: str = "OpenvinoBackend"
-    specs: dict[str, bytes] = field(default_factory=lambda: {"device": b"CPU"})
+    specs: dict[str, bytes] | None = field(default_factory=lambda: {"device": b"CPU"})  # None: no field
     location: int | None = INLINE  # None: no processed payload at all
     index: int = 0
 
@@ -32,7 +32,7 @@ class Method:
     name: str = "forward"
     inputs: list[int] = field(default_factory=lambda: [0, 1])
     outputs: list[int] = field(default_factory=lambda: [2])
-    operators: list[str] = field(default_factory=list)
+    operators: list[str] | None = field(default_factory=list)  # None: no operators field at all
     delegates: list[Delegate] = field(default_factory=lambda: [Delegate()])
     # (kind, index, args): kind 2 a delegate call (index of the delegate), 1 a kernel call (index of
     # the operator), anything else an instruction of that kind; index None leaves the args out.
@@ -57,13 +57,13 @@ def _ints(b: flatbuffers.Builder, values: list[int]) -> int:
 
 def _delegate(b: flatbuffers.Builder, d: Delegate) -> int:
     specs = []
-    for key, value in d.specs.items():
+    for key, value in (d.specs or {}).items():
         k, v = b.CreateString(key), b.CreateByteVector(value)
         b.StartObject(2)
         b.PrependUOffsetTRelativeSlot(0, k, 0)
         b.PrependUOffsetTRelativeSlot(1, v, 0)
         specs.append(b.EndObject())
-    spec_vector = _vector_of_tables(b, specs)
+    spec_vector = None if d.specs is None else _vector_of_tables(b, specs)
     backend = b.CreateString(d.backend_id)
     ref = None
     if d.location is not None:
@@ -75,7 +75,8 @@ def _delegate(b: flatbuffers.Builder, d: Delegate) -> int:
     b.PrependUOffsetTRelativeSlot(0, backend, 0)
     if ref is not None:
         b.PrependUOffsetTRelativeSlot(1, ref, 0)
-    b.PrependUOffsetTRelativeSlot(2, spec_vector, 0)
+    if spec_vector is not None:
+        b.PrependUOffsetTRelativeSlot(2, spec_vector, 0)
     return int(b.EndObject())
 
 
@@ -95,25 +96,29 @@ def _instruction(b: flatbuffers.Builder, kind: int, index: int | None, args: lis
 
 
 def _plan(b: flatbuffers.Builder, m: Method) -> int:
+    # the inputs first: built back to front, the first method's inputs end the flatbuffer, so its
+    # last read ends at the file's last byte
+    inputs = _ints(b, m.inputs)
     delegates = _vector_of_tables(b, [_delegate(b, d) for d in m.delegates])
     ops = []
-    for op in m.operators:
+    for op in m.operators or []:
         s = b.CreateString(op)
         b.StartObject(2)
         b.PrependUOffsetTRelativeSlot(0, s, 0)
         ops.append(b.EndObject())
-    operators = _vector_of_tables(b, ops)
+    operators = None if m.operators is None else _vector_of_tables(b, ops)
     instructions = _vector_of_tables(b, [_instruction(b, *i) for i in m.instructions])
     b.StartObject(4)
     b.PrependUOffsetTRelativeSlot(2, instructions, 0)
     chains = _vector_of_tables(b, [b.EndObject()])
-    inputs, outputs, name = _ints(b, m.inputs), _ints(b, m.outputs), b.CreateString(m.name)
+    outputs, name = _ints(b, m.outputs), b.CreateString(m.name)
     b.StartObject(8)
     b.PrependUOffsetTRelativeSlot(0, name, 0)
     b.PrependUOffsetTRelativeSlot(3, inputs, 0)
     b.PrependUOffsetTRelativeSlot(4, outputs, 0)
     b.PrependUOffsetTRelativeSlot(5, chains, 0)
-    b.PrependUOffsetTRelativeSlot(6, operators, 0)
+    if operators is not None:
+        b.PrependUOffsetTRelativeSlot(6, operators, 0)
     b.PrependUOffsetTRelativeSlot(7, delegates, 0)
     return int(b.EndObject())
 
@@ -123,10 +128,14 @@ def build(
     inline: list[bytes] | None = None,
     segments: list[bytes] | None = None,
     extended_header: bool | None = None,
+    segment_entries: list[tuple[int, int]] | None = None,
+    absent: tuple[str, ...] = (),
 ) -> bytes:
     """A program: its methods, inline delegate data and segments (each 16-byte aligned after the base).
 
     The extended header is written when there are segments, unless ``extended_header`` says otherwise.
+    ``segment_entries``: the (offset, size) written for each segment instead of the real ones;
+    ``absent``: Program fields left out (``"backend_delegate_data"``, ``"segments"``).
     """
     methods = [Method()] if methods is None else methods
     inline = [b"inline payload"] if inline is None else inline
@@ -147,7 +156,7 @@ def build(
         offsets.append((at, len(blob)))
         at += (len(blob) + 15) // 16 * 16
     entries = []
-    for offset, size in offsets:
+    for offset, size in offsets if segment_entries is None else segment_entries:
         b.StartObject(2)
         b.PrependUint64Slot(0, offset, 0)
         b.PrependUint64Slot(1, size, 0)
@@ -156,8 +165,10 @@ def build(
     b.StartObject(5)
     b.PrependUint32Slot(0, 0, 0)
     b.PrependUOffsetTRelativeSlot(1, plans, 0)
-    b.PrependUOffsetTRelativeSlot(3, data_vector, 0)
-    b.PrependUOffsetTRelativeSlot(4, segment_vector, 0)
+    if "backend_delegate_data" not in absent:
+        b.PrependUOffsetTRelativeSlot(3, data_vector, 0)
+    if "segments" not in absent:
+        b.PrependUOffsetTRelativeSlot(4, segment_vector, 0)
     b.Finish(b.EndObject(), file_identifier=b"ET12")
     flat = bytes(b.Output())
     if not extended_header:

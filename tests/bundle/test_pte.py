@@ -156,10 +156,11 @@ def test_a_file_read_from_disk_is_named_in_its_refusal(tmp_path: Path) -> None:
     [
         (b"", b""),
         (b"\x00\x00\x00\x00ET1", b"\x00\x00\x00\x00ET1"),
+        (b"\x00\x00\x00\x00ET13", b"ET13"),
         (b"\x00" * 4 + b"ET13" + b"\x00" * 56, b"ET13"),
         (b"PK\x03\x04" * 16, b"PK\x03\x04"),
     ],
-    ids=["empty", "seven-bytes", "other-identifier", "a-zip"],
+    ids=["empty", "seven-bytes", "eight-bytes", "other-identifier", "a-zip"],
 )
 def test_not_a_program(data: bytes, got: bytes) -> None:
     _refused(data, f"p.pte: not an ExecuTorch program: expected file identifier b'ET12' at byte 4, got {got!r}")
@@ -221,8 +222,8 @@ def test_a_program_without_the_header_cut_short_is_refused_naming_the_byte_it_ne
     data = build([FULL], inline=[b"an inline payload of some length"])
     whole = parse_program(data)
     assert whole["forward"].delegates[0].payload == b"an inline payload of some length"
-    # the last bytes read are the compile spec key's: its NUL and padding are not
-    for n in range(32, data.rindex(b"device") + 6):
+    assert data.endswith(struct.pack("<3i", 2, 0, 1))  # the first method's inputs end the flatbuffer
+    for n in range(32, len(data)):
         with pytest.raises(BundleError) as e:
             parse_program(data[:n], "p.pte")
         message = str(e.value)
@@ -352,3 +353,138 @@ def test_a_name_that_is_not_utf8_is_refused() -> None:
 def test_the_header_length_used_here_is_executorchs() -> None:
     # executorch 0.6+ writes a 32-byte extended header (with the segment data size)
     assert HEADER_LENGTH == 32
+
+
+def test_a_program_whose_last_read_ends_at_the_last_byte_is_whole() -> None:
+    data = build([FULL])
+    assert data.endswith(struct.pack("<3i", 2, 0, 1))  # the inputs vector: length 2, then 0 and 1
+    assert parse_program(data)["forward"].num_inputs == 2
+
+
+def test_a_32_byte_file_is_read_as_a_program() -> None:
+    # 32 bytes pass the length check: the refusal is the first read past them, not the minimum size
+    _refused(
+        build([FULL])[:32],
+        _corrupt("expected 4 bytes at byte 32, but the file has 32 bytes; it is truncated or corrupt"),
+    )
+
+
+def test_absent_vectors_are_empty() -> None:
+    method = Method(operators=None, delegates=[], instructions=[(3, None, [])])
+    info = parse_program(build([method], inline=[], absent=("backend_delegate_data", "segments")))["forward"]
+    assert (info.delegates, info.kernel_ops) == ((), ("<instruction kind 3>",))
+    method = Method(delegates=[Delegate(specs=None, location=SEGMENT)])
+    info = parse_program(build([method], inline=[], segments=[b"s"], absent=("backend_delegate_data",)))["forward"]
+    assert info.delegates == (DelegateInfo("OpenvinoBackend", {}, b"s"),)
+
+
+def test_a_vector_length_past_the_end_of_the_file_is_refused() -> None:
+    data = bytearray(build([FULL]))
+    at = len(data) - 12  # the inputs vector's length
+    struct.pack_into("<I", data, at, 0xFFFFFFFF)
+    _refused(
+        bytes(data),
+        _corrupt(
+            f"expected {4 * 0xFFFFFFFF} bytes at byte {at + 4}, but the file has {len(data)} bytes; "
+            "it is truncated or corrupt"
+        ),
+    )
+
+
+@pytest.mark.parametrize("entry", [(2**64 - 1, 1), (0, 2**64 - 1), (2**63, 0)])
+def test_a_segment_offset_or_size_past_the_end_is_refused(entry: tuple[int, int]) -> None:
+    data = build([Method(delegates=[Delegate(location=SEGMENT)])], segments=[b"x"], segment_entries=[entry])
+    base = struct.unpack_from("<Q", data, 24)[0]
+    offset, size = entry
+    _refused(
+        data,
+        _corrupt(
+            f"method 'forward': delegate segment 0 ends at byte {base + offset + size}, past the end of the file "
+            f"({len(data)} bytes); it is truncated"
+        ),
+    )
+
+
+def test_a_segment_ending_at_the_last_byte_is_whole() -> None:
+    data = build([Method(delegates=[Delegate(location=SEGMENT)])], segments=[b"0123"], segment_entries=[(1, 3)])
+    assert parse_program(data)["forward"].delegates[0].payload == b"123"
+
+
+def _header(data: bytes, **fields: int) -> bytes:
+    out = bytearray(data)
+    for name, value in fields.items():
+        fmt, at = {"length": ("<I", 12), "program_size": ("<Q", 16), "base": ("<Q", 24), "segment_data": ("<Q", 32)}[
+            name
+        ]
+        struct.pack_into(fmt, out, at, value)
+    return bytes(out)
+
+
+SEGMENTED = build([Method(delegates=[Delegate(location=SEGMENT)])], segments=[b"0123456789"])
+
+
+def test_a_header_length_past_the_program_is_refused() -> None:
+    size = struct.unpack_from("<Q", SEGMENTED, 16)[0]
+    for length in (size - 7, 2**32 - 1):
+        _refused(
+            _header(SEGMENTED, length=length),
+            _corrupt(f"extended header length at byte 12 is {length}, past the end of the program ({size} bytes)"),
+        )
+    assert parse_program(_header(SEGMENTED, length=size - 8))["forward"].delegates[0].payload == b"0123456789"
+
+
+def test_a_program_size_past_the_end_is_refused() -> None:
+    _refused(
+        _header(SEGMENTED, program_size=2**64 - 1),
+        _corrupt(
+            f"the extended header gives a program of {2**64 - 1} bytes, but the file has {len(SEGMENTED)} bytes; "
+            "it is truncated"
+        ),
+    )
+
+
+def test_a_program_exactly_its_size_is_whole() -> None:
+    data = _header(build([FULL], extended_header=True), length=24)  # no segment data size
+    size = struct.unpack_from("<Q", data, 16)[0]
+    assert parse_program(data[:size])["forward"].single_delegate
+
+
+@pytest.mark.parametrize(("base", "segment_data"), [(2**64 - 1, 10), (480, 2**64 - 1)])
+def test_segment_data_past_the_end_is_refused(base: int, segment_data: int) -> None:
+    _refused(
+        _header(SEGMENTED, base=base, segment_data=segment_data),
+        _corrupt(
+            f"the extended header gives segment data of {segment_data} bytes at byte {base}, ending at byte "
+            f"{base + segment_data}, but the file has {len(SEGMENTED)} bytes; it is truncated"
+        ),
+    )
+
+
+def test_a_segment_base_inside_the_program_is_refused() -> None:
+    size = struct.unpack_from("<Q", SEGMENTED, 16)[0]
+    _refused(
+        _header(SEGMENTED, base=size - 1, segment_data=0),
+        _corrupt(f"the extended header gives segment base offset {size - 1}, inside the program ({size} bytes)"),
+    )
+    at_size = _header(SEGMENTED, base=size, segment_data=0)
+    assert parse_program(at_size)["forward"].delegates[0].payload == SEGMENTED[size : size + 10]
+
+
+def test_a_segment_index_past_32_bits_signed_is_named_as_written() -> None:
+    _refused(
+        build([Method(delegates=[Delegate(location=SEGMENT, index=2**32 - 1)])], segments=[b"a"]),
+        _corrupt(f"method 'forward': delegate 0's segment {2**32 - 1} is out of range: the program has 1"),
+    )
+
+
+@pytest.mark.parametrize("location", [2, -1])
+def test_an_unknown_payload_location_is_refused(location: int) -> None:
+    _refused(
+        build([Method(delegates=[Delegate(location=location)])]),
+        _corrupt(f"method 'forward': delegate 0's payload location is {location}, expected 0 (inline) or 1 (segment)"),
+    )
+
+
+def test_an_instruction_kind_is_named_unsigned() -> None:
+    info = parse_program(build([Method(instructions=[(200, None, [])])]))["forward"]
+    assert info.kernel_ops == ("<instruction kind 200>",)
