@@ -82,6 +82,12 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_manifest.py::test_missing_and_unreadable_manifest",
         ),
     ),
+    # The bundle's smaller parts: the task tokenizer (a word-level definition made in the test), install
+    # (hand-written bundles, a stand-in parity gate), RTC's prefix weights worked by hand.
+    "bundle-parts": Scope(
+        ("runtime/bundle/tokenizer.py", "runtime/bundle/install.py", "runtime/bundle/rtc.py"),
+        ("tests/bundle/test_tokenizer.py", "tests/bundle/test_install.py", "tests/bundle/test_rtc.py"),
+    ),
     # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
     # the size limit derived from the policy, and the config that sets it.
     "server-limits": Scope(
