@@ -100,12 +100,15 @@ def _plan(b: flatbuffers.Builder, m: Method) -> int:
     # last read ends at the file's last byte
     inputs = _ints(b, m.inputs)
     delegates = _vector_of_tables(b, [_delegate(b, d) for d in m.delegates])
-    ops = []
+    # one table per operator name, shared by every entry naming it (flatbuffers allows it)
+    tables: dict[str, int] = {}
     for op in m.operators or []:
-        s = b.CreateString(op)
-        b.StartObject(2)
-        b.PrependUOffsetTRelativeSlot(0, s, 0)
-        ops.append(b.EndObject())
+        if op not in tables:
+            s = b.CreateString(op)
+            b.StartObject(2)
+            b.PrependUOffsetTRelativeSlot(0, s, 0)
+            tables[op] = b.EndObject()
+    ops = [tables[op] for op in m.operators or []]
     operators = None if m.operators is None else _vector_of_tables(b, ops)
     instructions = _vector_of_tables(b, [_instruction(b, *i) for i in m.instructions])
     b.StartObject(4)

@@ -94,6 +94,7 @@ REFUSALS: list[tuple[dict[str, Any], str, str, str]] = [
     ({"inputs": _DELETE}, "inputs", "a non-empty list of tensors", "nothing"),
     ({"inputs": []}, "inputs", "a non-empty list of tensors", "list []"),
     ({"outputs": {}}, "outputs", "a non-empty list of tensors", "dict {}"),
+    ({"outputs": _DELETE}, "outputs", "a non-empty list of tensors", "nothing"),
     ({"inputs__0": "x"}, "inputs[0]", "an object with name, dtype, shape, role", "str 'x'"),
     ({"inputs__0__name": _DELETE}, "inputs[0].name", "a tensor name", "nothing"),
     ({"inputs__0__name": ""}, "inputs[0].name", "a unique, non-empty name", "str ''"),
@@ -187,6 +188,12 @@ REFUSALS: list[tuple[dict[str, Any], str, str, str]] = [
         "programs.CPU.sha256",
         "a 64-character lowercase hex sha256",
         f"str {'g' + SHA[1:]!r}",
+    ),
+    (
+        {"programs__CPU__sha256": "X" + SHA[1:]},
+        "programs.CPU.sha256",
+        "a 64-character lowercase hex sha256",
+        f"str {'X' + SHA[1:]!r}",
     ),
     (
         {"programs__CPU__sha256": SHA + "0"},
@@ -351,6 +358,10 @@ def test_default_tolerances_and_a_tolerance_of_zero() -> None:
     assert parse_manifest(_with(GOOD, test_case__tolerance=_DELETE)).test_case.tolerance == DEFAULT_TOLERANCE
 
 
+def test_a_rate_below_one_hz_is_a_rate() -> None:
+    assert parse_manifest(_with(GOOD, control_rate_hz=0.5)).control_rate_hz == 0.5
+
+
 def test_an_input_without_a_role_is_other() -> None:
     m = parse_manifest(_with(GOOD, inputs__1__role=_DELETE))
     assert m.inputs[1] == TensorSpec("observation.state", "float32", (6,), "other")
@@ -394,8 +405,9 @@ def test_the_action_is_the_named_output_not_the_first() -> None:
 def test_input_by_name_and_an_unknown_one() -> None:
     m = parse_manifest(GOOD)
     assert m.input("observation.state") == TensorSpec("observation.state", "float32", (6,), "state")
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as e:
         m.input("observation.nope")
+    assert e.value.args == ("observation.nope",)
 
 
 def test_nbytes() -> None:
@@ -548,6 +560,13 @@ def test_a_language_section_without_language_inputs_is_refused() -> None:
     data = _with(LANGUAGE, inputs=GOOD["inputs"])
     assert _refusal(data) == _field(
         "language.tokens_input", "an input with role language, int64 [48]", "str 'task.tokens'"
+    )
+
+
+def test_a_single_token_is_a_length() -> None:
+    data = _with(LANGUAGE, inputs__2__shape=[1], inputs__3__shape=[1], language__max_length=1)
+    assert parse_manifest(data).language == LanguageEntry(
+        FileEntry("tokenizer.json", SHA), "task.tokens", "task.mask", 1, False, 512
     )
 
 

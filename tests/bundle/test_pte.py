@@ -488,3 +488,12 @@ def test_an_unknown_payload_location_is_refused(location: int) -> None:
 def test_an_instruction_kind_is_named_unsigned() -> None:
     info = parse_program(build([Method(instructions=[(200, None, [])])]))["forward"]
     assert info.kernel_ops == ("<instruction kind 200>",)
+
+
+def test_a_vector_whose_entries_share_one_table_is_read_to_its_last_entry() -> None:
+    # 60 entries, 4 bytes each, pointing at one table: fewer bytes follow the vector than it has entries
+    method = Method(operators=["aten::add"] * 60, delegates=[], inputs=[], instructions=[(KERNEL_CALL, 59, [])])
+    data = build([method], inline=[])
+    at = data.index(struct.pack("<I", 60)) + 4
+    assert len(data) - (at + 4 * 60) < 60
+    assert parse_program(data)["forward"].kernel_ops == ("aten::add",)
