@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class Gate:
     """Stands in for load_engine: records each config and what the bundle held, passes or raises."""
 
     fail: BaseException | None = None
+    remove_stage: bool = False  # the staged copy gone before the gate fails
     parity: Verdict | None = field(default_factory=lambda: Verdict("max abs error 0 (tolerance 2e-05)"))
     configs: list[EngineConfig] = field(default_factory=list)
     seen: list[list[str]] = field(default_factory=list)
@@ -49,6 +51,8 @@ class Gate:
         self.seen.append(sorted(os.listdir(config.bundle)))
         if self.pin is not None:
             os.sched_setaffinity(0, self.pin)
+        if self.remove_stage:
+            shutil.rmtree(config.bundle)
         if self.fail is not None:
             raise self.fail
         report.parity = self.parity
@@ -258,3 +262,30 @@ def test_a_language_bundle_is_installed_with_its_tokenizer(tmp_path: Path, gate:
     assert json.loads((installed.path / "manifest.json").read_text())["language"]["tokenizer"]["file"] == (
         "tokenizer.json"
     )
+
+
+def test_a_staged_copy_that_differs_from_the_source_is_refused_and_removed(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = _bundle(tmp_path / "src")
+    copy2 = shutil.copy2
+
+    def damaging_copy(a: Path, b: Path) -> Any:
+        out = copy2(a, b)
+        if Path(b).name == "program_gpu.pte":
+            Path(b).write_bytes(b"damaged in the copy")
+        return out
+
+    monkeypatch.setattr("runtime.bundle.install.shutil.copy2", damaging_copy)
+    root = tmp_path / "b"
+    with pytest.raises(BundleError, match=r"/\.incoming-[^/]+/program_gpu\.pte: sha256 .* does not match"):
+        install_bundle(src, root)
+    assert gate.configs == []
+    assert os.listdir(root) == []
+
+
+def test_the_gates_error_is_raised_even_when_the_staged_copy_is_already_gone(tmp_path: Path, gate: Gate) -> None:
+    gate.fail, gate.remove_stage = ParityError("outputs differ"), True
+    with pytest.raises(ParityError, match=r"^outputs differ$"):
+        install_bundle(_bundle(tmp_path / "src"), tmp_path / "b")
+    assert os.listdir(tmp_path / "b") == []

@@ -45,6 +45,10 @@ CASES = [
     ),
     # a delay past the chunk: every step frozen
     ((10, 12, 8, 20), {"LINEAR": [1] * 8, "ZEROS": [1] * 8, "ONES": [1] * 8}),
+    # a delay past the chunk by more than two steps: still every step frozen
+    ((11, 12, 8, 20), {"LINEAR": [1] * 8, "ZEROS": [1] * 8, "ONES": [1] * 8}),
+    # one step decays: halfway
+    ((2, 3, 8, 10), {"LINEAR": [1, 1, 0.5, 0, 0, 0, 0, 0], "ZEROS": [1, 1] + [0] * 6, "ONES": [1] * 3 + [0] * 5}),
     # no delay
     ((0, 4, 6, 10), {"LINEAR": [0.8, 0.6, 0.4, 0.2, 0, 0], "ZEROS": [0] * 6, "ONES": [1] * 4 + [0] * 2}),
     # the horizon exactly the chunk
