@@ -92,6 +92,26 @@ SCOPES: dict[str, Scope] = {
     "safety": Scope(("runtime/control/safety.py",), ("tests/control/test_safety.py", "tests/control/test_parts.py")),
     # A bundle whose files were changed after export must not load: the sha256 checks of what is read.
     "bundle-integrity": Scope(("runtime/bundle/bundle.py",), ("tests/engine/test_bundle_integrity.py",)),
+    # A .pte read without torch: methods, delegates and payloads (inline or in a segment); a truncated
+    # or altered file, an index out of range, a segment without the extended header refused naming the file.
+    "bundle-pte": Scope(("runtime/bundle/pte.py",), ("tests/bundle/test_pte.py",)),
+    # manifest.json: every field's refusal naming the file and the field, defaults, what is written
+    # back. Of tests/engine/test_manifest.py only the tests without the demo bundle's export.
+    "bundle-manifest": Scope(
+        ("runtime/bundle/manifest.py",),
+        (
+            "tests/bundle/test_manifest.py",
+            "tests/engine/test_manifest.py::test_good_manifest_round_trips",
+            "tests/engine/test_manifest.py::test_bad_field_is_named",
+            "tests/engine/test_manifest.py::test_missing_and_unreadable_manifest",
+        ),
+    ),
+    # The bundle's smaller parts: the task tokenizer (a word-level definition made in the test), install
+    # (hand-written bundles, a stand-in parity gate), RTC's prefix weights worked by hand.
+    "bundle-parts": Scope(
+        ("runtime/bundle/tokenizer.py", "runtime/bundle/install.py", "runtime/bundle/rtc.py"),
+        ("tests/bundle/test_tokenizer.py", "tests/bundle/test_install.py", "tests/bundle/test_rtc.py"),
+    ),
     # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
     # the size limit derived from the policy, and the config that sets it.
     "server-limits": Scope(

@@ -42,6 +42,8 @@ def _files(bundle: Bundle) -> list[str]:
     names = [MANIFEST_FILE, m.test_case.file, *(e.file for e in m.programs.values())]
     if m.portable_program is not None:
         names.append(m.portable_program.file)
+    if m.language is not None:
+        names.append(m.language.tokenizer.file)
     return sorted(set(names))
 
 
