@@ -90,3 +90,19 @@ def no_leaks() -> Iterator[None]:
     yield
     assert shm_segments() - before == set(), "shared memory segments left behind"
     assert multiprocessing.active_children() == [], "child processes left behind"
+
+
+@pytest.fixture
+def dataset(root: Path, features: RecordingFeatures) -> Path:
+    """Two whole episodes (tasks "a" and "b", 6 and 5 frames, one camera) that the checker passes."""
+    from runtime.recording import DatasetWriter, EpisodeRecorder
+    from runtime.recording.check import check_dataset
+
+    with EpisodeRecorder(DatasetWriter(root, features), features) as recorder:
+        for task, n, start in (("a", 6, 0), ("b", 5, 6)):
+            recorder.start_episode(task)
+            for t in ticks(n, seed=n, start_frame=start):
+                add(recorder, t)
+            recorder.end_episode()
+    assert check_dataset(root).problems == []
+    return root

@@ -15,18 +15,6 @@ from runtime.recording.check import check_dataset
 from tests.recording.conftest import add, ticks
 
 
-@pytest.fixture
-def dataset(root: Path, features: RecordingFeatures) -> Path:
-    with EpisodeRecorder(DatasetWriter(root, features), features) as recorder:
-        for task, n, start in (("a", 6, 0), ("b", 5, 6)):
-            recorder.start_episode(task)
-            for t in ticks(n, seed=n, start_frame=start):
-                add(recorder, t)
-            recorder.end_episode()
-    assert check_dataset(root).problems == []
-    return root
-
-
 def rewrite_data(root: Path, column: str, values: list[object]) -> None:
     path = root / "data/chunk-000/file-000.parquet"
     table = pq.read_table(path)

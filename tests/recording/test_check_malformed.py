@@ -15,23 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from runtime.cli import main
-from runtime.recording import DatasetWriter, EpisodeRecorder, RecordingFeatures
 from runtime.recording.check import check_dataset
-from tests.recording.conftest import add, ticks
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
-
-
-@pytest.fixture
-def dataset(root: Path, features: RecordingFeatures) -> Path:
-    with EpisodeRecorder(DatasetWriter(root, features), features) as recorder:
-        for task, n, start in (("a", 3, 0), ("b", 2, 3)):
-            recorder.start_episode(task)
-            for t in ticks(n, seed=n, start_frame=start):
-                add(recorder, t)
-            recorder.end_episode()
-    assert check_dataset(root).problems == []
-    return root
 
 
 def edit_json(path: Path, edit: Any) -> None:

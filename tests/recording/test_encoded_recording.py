@@ -251,9 +251,7 @@ def test_encoders_and_the_probe_leave_no_real_time_thread_behind(root: Path) -> 
             assert add_both(recorder, t)
             time.sleep(1 / 60)
         time.sleep(0.3)  # the codecs are open and encoding by now
-        policies = {
-            (pid, tid): os.sched_getscheduler(tid) for pid in pids if pid is not None for tid in _threads(pid)
-        }
+        policies = {(pid, tid): os.sched_getscheduler(tid) for pid in pids if pid is not None for tid in _threads(pid)}
         recorder.end_episode()
         assert recorder.flush(60)
     assert policies and all(p == os.SCHED_OTHER for p in policies.values()), policies
