@@ -139,10 +139,13 @@ def lower_program(
         raise MissingDependencyError(
             f"lowering needs executorch with its OpenVINO backend and nncf ({e}): pip install 'lerobot-runtime[export]'"
         ) from e
+    from runtime.bundle.compile_precision import cpu_lowering_precision
     from runtime.bundle.scalar_constants import scalar_bf16_constants
 
     try:
-        with scalar_bf16_constants():  # OpenVINO's frontend cannot make a 0-d bf16 constant itself
+        # OpenVINO's frontend cannot make a 0-d bf16 constant itself; a CPU blob compiled at bf16 on an
+        # AMX CPU keeps fused bf16 MLPs that crash one-thread imports
+        with scalar_bf16_constants(), cpu_lowering_precision():
             edge = to_edge_transform_and_lower(
                 exported, partitioner=[OpenvinoPartitioner([CompileSpec("device", device.encode())])]
             )

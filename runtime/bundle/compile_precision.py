@@ -1,0 +1,61 @@
+"""The precision OpenVINO compiles a CPU program at while it is lowered into a ``.pte``.
+
+ExecuTorch's OpenVINO backend compiles the graph with the plugin's defaults and stores the compiled
+model (``export_model()``) in the program. What the CPU plugin stores is its graph *after* its own
+transformations, and on a CPU with AMX (Sapphire Rapids and later Xeons) its default precision is
+bf16, under which it fuses every gate/up/down MLP into an ``LLMMLP`` node. That node is then in the
+program for good:
+
+- it computes at bf16 whatever precision the program is imported with, so an f32 program is not f32
+  on the machine that imports it;
+- OpenVINO 2025.4.1 sets it up by splitting its work over half the inference threads: with one
+  inference thread (how the daemon runs on a 2-core robot computer) that is a division by zero, and
+  the importing process dies with SIGFPE (a SmolVLA program, on either engine).
+
+Compiled at f32, the CPU plugin applies neither fusion, and the blob keeps the plain layers; the
+precision it then runs at is decided where it is imported (the openvino engine's
+``INFERENCE_PRECISION_HINT``, or the plugin's default under the executorch engine), as on every
+other CPU. Programs for other devices are compiled as before.
+
+Nor does the blob keep OpenVINO's snippets (its fused element-wise subgraphs): a subgraph is
+lowered into code for the precision it was tokenized at, and OpenVINO 2025.4.1 cannot lower every
+one at another (a tiny SmolVLA's blob compiled at f32, imported at bf16 as ExecuTorch's backend
+imports it on a CPU with native bf16: "Supported precisions set is not available for Constant
+operation", from ``snippets/src/lowered/target_machine.cpp``). Without them the blob imports at
+whichever precision the importing CPU and engine ask for. The cost, measured on a Xeon with AMX, a
+tiny SmolVLA, 2 threads: 1.45 against 1.39 ms at f32, 1.70 against 1.44 ms at bf16 (element-wise
+layers run as separate nodes; the graph optimiser still fuses what it can into the layers before them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+# what the lowering's CPU compile is told; a property the caller sets itself is kept
+CPU_LOWERING_PROPERTIES: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"}
+
+
+@contextlib.contextmanager
+def cpu_lowering_precision() -> Iterator[None]:
+    """While the block runs, OpenVINO's PyTorch compile path compiles CPU programs at f32, without snippets."""
+    try:
+        from openvino.frontend.pytorch.torchdynamo import compile as ov_compile
+    except ImportError:  # no OpenVINO frontend: nothing is compiled here
+        yield
+        return
+
+    original = ov_compile.Core
+
+    class LoweringCore(original):  # type: ignore[misc,valid-type]
+        def compile_model(self, model: Any, device_name: str | None = None, config: Any = None) -> Any:
+            if device_name != "CPU":
+                return super().compile_model(model, device_name, config or {})
+            return super().compile_model(model, device_name, {**CPU_LOWERING_PROPERTIES, **(config or {})})
+
+    ov_compile.Core = LoweringCore
+    try:
+        yield
+    finally:
+        ov_compile.Core = original
