@@ -112,6 +112,16 @@ SCOPES: dict[str, Scope] = {
         ("runtime/bundle/tokenizer.py", "runtime/bundle/install.py", "runtime/bundle/rtc.py"),
         ("tests/bundle/test_tokenizer.py", "tests/bundle/test_install.py", "tests/bundle/test_rtc.py"),
     ),
+    # What lowering tells OpenVINO: CPU programs compiled at f32 without snippets (a stand-in Core, a real
+    # compile, a gated MLP imported on one thread), and 0-d bf16 constants made from their value.
+    "bundle-lowering": Scope(
+        ("runtime/bundle/compile_precision.py", "runtime/bundle/scalar_constants.py"),
+        (
+            "tests/bundle/test_compile_precision.py",
+            "tests/bundle/test_scalar_constants.py",
+            "tests/engine/test_scalar_constants.py",
+        ),
+    ),
     # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
     # the size limit derived from the policy, and the config that sets it.
     "server-limits": Scope(

@@ -37,6 +37,14 @@ from typing import Any
 CPU_LOWERING_PROPERTIES: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"}
 
 
+def lowering_config(device_name: str | None, config: Any) -> dict[str, Any]:
+    """The properties a compile for ``device_name`` is given while lowering: a CPU's get
+    :data:`CPU_LOWERING_PROPERTIES` under the caller's own."""
+    if device_name != "CPU":
+        return dict(config or {})
+    return {**CPU_LOWERING_PROPERTIES, **(config or {})}
+
+
 @contextlib.contextmanager
 def cpu_lowering_precision() -> Iterator[None]:
     """While the block runs, OpenVINO's PyTorch compile path compiles CPU programs at f32, without snippets."""
@@ -50,9 +58,7 @@ def cpu_lowering_precision() -> Iterator[None]:
 
     class LoweringCore(original):  # type: ignore[misc,valid-type]
         def compile_model(self, model: Any, device_name: str | None = None, config: Any = None) -> Any:
-            if device_name != "CPU":
-                return super().compile_model(model, device_name, config or {})
-            return super().compile_model(model, device_name, {**CPU_LOWERING_PROPERTIES, **(config or {})})
+            return super().compile_model(model, device_name, lowering_config(device_name, config))
 
     ov_compile.Core = LoweringCore
     try:

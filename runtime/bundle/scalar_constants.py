@@ -15,6 +15,16 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def scalar_bf16_constant(tensor: Any) -> Any:
+    """OpenVINO's constant of ``tensor`` made from its value when it is a 0-d bf16 torch tensor, else None."""
+    import torch
+    from openvino import Shape, Type, op
+
+    if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.bfloat16 and tensor.dim() == 0:
+        return op.Constant(Type.bf16, Shape([]), [float(tensor)])
+    return None
+
+
 @contextlib.contextmanager
 def scalar_bf16_constants() -> Iterator[None]:
     """While the block runs, the frontend's constants of 0-d bf16 tensors are made from their value."""
@@ -23,15 +33,11 @@ def scalar_bf16_constants() -> Iterator[None]:
     except ImportError:  # no OpenVINO frontend: nothing to mend
         yield
         return
-    import torch
-    from openvino import Shape, Type, op
-
     original = fx_decoder.torch_tensor_to_ov_const
 
     def convert(tensor: Any, shared_memory: bool = True) -> Any:
-        if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.bfloat16 and tensor.dim() == 0:
-            return op.Constant(Type.bf16, Shape([]), [float(tensor)])
-        return original(tensor, shared_memory=shared_memory)
+        made = scalar_bf16_constant(tensor)
+        return made if made is not None else original(tensor, shared_memory=shared_memory)
 
     fx_decoder.torch_tensor_to_ov_const = convert
     try:

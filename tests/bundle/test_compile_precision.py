@@ -67,6 +67,20 @@ def test_other_devices_are_compiled_as_asked(recording_core: type[RecordingCore]
     assert recording_core.calls == [("model", device, {}), ("model", device, {"CACHE_DIR": "/c"})]
 
 
+def test_the_lowering_config_of_each_device() -> None:
+    from runtime.bundle.compile_precision import lowering_config
+
+    assert lowering_config("CPU", None) == {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"}
+    assert lowering_config("CPU", {"SNIPPETS_MODE": "ENABLE", "X": 1}) == {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "SNIPPETS_MODE": "ENABLE",
+        "X": 1,
+    }
+    given = {"X": 1}
+    assert lowering_config("GPU", given) == given and lowering_config("GPU", given) is not given
+    assert lowering_config(None, None) == {}
+
+
 def test_the_compile_module_gets_its_core_back(recording_core: type[RecordingCore]) -> None:
     from openvino.frontend.pytorch.torchdynamo import compile as ov_compile
 
