@@ -112,6 +112,9 @@ SCOPES: dict[str, Scope] = {
         ("runtime/bundle/tokenizer.py", "runtime/bundle/install.py", "runtime/bundle/rtc.py"),
         ("tests/bundle/test_tokenizer.py", "tests/bundle/test_install.py", "tests/bundle/test_rtc.py"),
     ),
+    # The engine seam on a stand-in engine: inputs validated and ordered before the program runs, the
+    # engine's info on the wire, a with block closing it.
+    "engine-base": Scope(("runtime/engine/base.py",), ("tests/engine/test_base.py",)),
     # What lowering tells OpenVINO: CPU programs compiled at f32 without snippets (a stand-in Core, a real
     # compile, a gated MLP imported on one thread), and 0-d bf16 constants made from their value.
     "bundle-lowering": Scope(
