@@ -115,6 +115,9 @@ SCOPES: dict[str, Scope] = {
     # The engine seam on a stand-in engine: inputs validated and ordered before the program runs, the
     # engine's info on the wire, a with block closing it.
     "engine-base": Scope(("runtime/engine/base.py",), ("tests/engine/test_base.py",)),
+    # The built-in bundles' store: where it is, when a stored bundle is current, what is exported or built
+    # (two stand-in processes) when it is not, and the new directory replacing the old one.
+    "bundle-store": Scope(("runtime/bundle/demo.py",), ("tests/bundle/test_demo.py",)),
     # What lowering tells OpenVINO: CPU programs compiled at f32 without snippets (a stand-in Core, a real
     # compile, a gated MLP imported on one thread), and 0-d bf16 constants made from their value.
     "bundle-lowering": Scope(
