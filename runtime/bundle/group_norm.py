@@ -10,10 +10,10 @@ ResNet encoder swaps every BatchNorm for a GroupNorm.
 
 The same arithmetic written as per-group mean and variance (mean and mean square deviation over
 each group, then the per-channel affine) lowers to reductions and elementwise ops, which the CPU
-plugin compiles and runs correctly (max difference 5e-7 on the encoder) and no slower. Disabling
-snippets for the whole program (``SNIPPETS_MODE=DISABLE``) also avoids the crash, but ExecuTorch's
-OpenVINO backend offers no way to pass compile properties, and it would slow every other fused
-elementwise chain.
+plugin compiles and runs correctly (max difference 5e-7 on the encoder) and no slower. Lowering now
+compiles CPU programs without snippets (``runtime/bundle/compile_precision.py``, for reasons of its
+own), which avoids the crash too; the rewrite stays so that the program does not depend on that
+property wherever its portable graph is compiled.
 """
 
 from __future__ import annotations
