@@ -153,6 +153,9 @@ SCOPES: dict[str, Scope] = {
     # A caller gets the reply to its own request, never another's.
     "client": Scope(("runtime/client.py",), ("tests/test_client_replies.py",)),
     # The daemon <-> arm process link: datagrams, drops counted, end-of-file on the peer's death.
+    # The arm process's garbage collection: how often young and full collections come at a rate, the
+    # counts and times it records, taking over (freeze, automatic collection off) and handing back.
+    "arm-collector": Scope(("runtime/arm/collector.py",), ("tests/arm/test_collector.py",)),
     "arm-wire": Scope(("runtime/arm/wire.py",), ("tests/arm/test_wire.py", "tests/arm/test_wire_link.py")),
     # E-stop latches and the command queue. tests/control/test_controller.py also reaches them, but
     # its fixture exports the demo bundle (about 40 s) in every mutant's run: left out.
