@@ -346,8 +346,13 @@ SCOPES: dict[str, Scope] = {
             "tests/recording/test_features.py",
             "tests/recording/test_layout.py",
             "tests/recording/test_stats.py",
-            "tests/recording/test_dataset.py",
         ),
+    ),
+    # A frame's way to the writer: each field checked and named, nothing copied when one is refused, the
+    # camera frames' shared-memory ring (its views, the free list, a segment removed once).
+    "recording-frames": Scope(
+        ("runtime/recording/frames.py", "runtime/recording/shm_ring.py"),
+        ("tests/recording/test_frames.py", "tests/recording/test_shm_ring.py"),
     ),
 }
 

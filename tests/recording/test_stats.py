@@ -102,3 +102,31 @@ def test_json_round_trip() -> None:
     back = st.from_json(data)
     np.testing.assert_array_equal(back["x"]["mean"], [1.5, 2.0])
     assert isinstance(back["x"]["count"], np.ndarray)
+
+
+def test_combine_keeps_dimensions_apart_and_small_spreads() -> None:
+    a = st.column_stats(np.array([[0.0, 10.0], [0.5, 10.0]]))  # std 0.25 and 0
+    b = st.column_stats(np.array([[0.5, 20.0], [0.5, 20.0]]))
+    x = st.combine([{"x": a}, {"x": b}])["x"]
+    np.testing.assert_allclose(x["mean"], [0.375, 15.0])
+    # variance: (0.25**2 + 0.125**2 + 0 + 0.125**2) / 2 for the first, 25 for the second
+    np.testing.assert_allclose(x["std"] ** 2, [(0.0625 + 2 * 0.015625) / 2, 25.0])
+    np.testing.assert_allclose(x["q50"], [0.375, 15.0])
+
+
+def test_image_stats_add_up_frames_and_single_pixels() -> None:
+    dark = np.zeros((2, 2, 3), dtype=np.uint8)
+    light = np.full((2, 2, 3), 255, dtype=np.uint8)
+    light[0, 0] = 51  # one pixel of each channel at 0.2
+    acc = st.ImageStats()
+    acc.add(dark)
+    acc.add(light)
+    s = acc.result()
+    np.testing.assert_allclose(s["mean"].ravel(), [(0.2 + 3.0) / 8] * 3)
+    np.testing.assert_allclose(s["min"].ravel(), [0.0] * 3)
+    # 4 of 8 pixels at 0: q50 is the first level reaching half, 0
+    np.testing.assert_allclose(s["q50"].ravel(), [0.0] * 3)
+    np.testing.assert_allclose(s["q90"].ravel(), [1.0] * 3)
+    one = st.ImageStats()
+    one.add(light)
+    np.testing.assert_allclose(one.result()["min"].ravel(), [0.2] * 3)  # a level held by one pixel counts
