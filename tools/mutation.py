@@ -348,6 +348,24 @@ SCOPES: dict[str, Scope] = {
         ("drivers/cli.py", "drivers/bench.py"),
         ("tests/drivers/test_cli.py", "tests/drivers/test_cli_commands.py"),
     ),
+    # The recording's data rules: every [recording] refusal at its bound, the features' checks and the
+    # info.json features they make, LeRobot's path templates and file roll-over, per-episode and
+    # combined statistics worked by hand.
+    "recording-data": Scope(
+        tuple(f"runtime/recording/{m}.py" for m in ("config", "layout", "features", "stats")),
+        (
+            "tests/recording/test_config.py",
+            "tests/recording/test_features.py",
+            "tests/recording/test_layout.py",
+            "tests/recording/test_stats.py",
+        ),
+    ),
+    # A frame's way to the writer: each field checked and named, nothing copied when one is refused, the
+    # camera frames' shared-memory ring (its views, the free list, a segment removed once).
+    "recording-frames": Scope(
+        ("runtime/recording/frames.py", "runtime/recording/shm_ring.py"),
+        ("tests/recording/test_frames.py", "tests/recording/test_shm_ring.py"),
+    ),
 }
 
 
