@@ -121,12 +121,6 @@ SCOPES: dict[str, Scope] = {
     # The checks on a freshly lowered program: an output that is an input passed through, a non-default
     # dim order at a partition edge, int64 reductions inside a delegate (tiny graphs exported in the test).
     "bundle-lowering-checks": Scope(("runtime/bundle/lowering_checks.py",), ("tests/engine/test_lowering_checks.py",)),
-    # The graph rewrites before quantisation and lowering: each use of a shared weight its own copy and
-    # the copies merged back after INT8, GroupNorm rewritten where OpenVINO's CPU kernels crash on it.
-    "bundle-rewrites": Scope(
-        ("runtime/bundle/shared_weights.py", "runtime/bundle/group_norm.py"),
-        ("tests/engine/test_shared_weights.py", "tests/engine/test_group_norm.py"),
-    ),
     # What lowering tells OpenVINO: CPU programs compiled at f32 without snippets (a stand-in Core, a real
     # compile, a gated MLP imported on one thread), and 0-d bf16 constants made from their value.
     "bundle-lowering": Scope(
