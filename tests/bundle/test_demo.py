@@ -14,25 +14,14 @@ import pytest
 import runtime.bundle.demo as demo
 import runtime.bundle.export
 from runtime import __version__
-from runtime.bundle.manifest import Manifest, ProgramEntry, TensorSpec, TestCaseEntry
+from runtime.bundle.manifest import Manifest
 from runtime.errors import ConfigError, MissingDependencyError
 from runtime.versions import package_version
+from tests.bundle.manifests import small_manifest
 
 
 def write_manifest(path: Path, name: str, **tools: str) -> Manifest:
-    zeros = "0" * 64
-    m = Manifest(
-        policy_name=name,
-        inputs=(TensorSpec("observation.state", "float32", (3,), "state"),),
-        outputs=(TensorSpec("action", "float32", (2, 3), "action"),),
-        action_output="action",
-        chunk_length=2,
-        action_names=("a", "b", "c"),
-        control_rate_hz=30.0,
-        programs={"CPU": ProgramEntry("CPU", "p.pte", "f32", zeros, "full", "")},
-        test_case=TestCaseEntry("test_case.npz", zeros),
-        tools={"lerobot_runtime": __version__, "openvino": package_version("openvino"), **tools},
-    )
+    m = small_manifest(name, tools={"lerobot_runtime": __version__, "openvino": package_version("openvino"), **tools})
     path.mkdir(parents=True, exist_ok=True)
     m.write(path)
     return m

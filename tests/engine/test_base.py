@@ -6,28 +6,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.bundle.manifest import Manifest, ProgramEntry, TensorSpec, TestCaseEntry
+from runtime.bundle.manifest import Manifest, TensorSpec
 from runtime.engine.base import Engine, EngineInfo
 from runtime.errors import InputValidationError
+from tests.bundle.manifests import small_manifest
 
 INFO = EngineInfo("openvino", "CPU", "bf16", 2, (1, 3), "/b", "program_cpu.pte", "2025.4.1", "bf16")
 
 
 def manifest() -> Manifest:
-    zeros = "0" * 64
-    return Manifest(
-        policy_name="stand-in",
+    return small_manifest(
         inputs=(
             TensorSpec("observation.images.front", "uint8", (2, 3, 3), "image"),
             TensorSpec("observation.state", "float32", (3,), "state"),
-        ),
-        outputs=(TensorSpec("action", "float32", (2, 3), "action"),),
-        action_output="action",
-        chunk_length=2,
-        action_names=("a", "b", "c"),
-        control_rate_hz=30.0,
-        programs={"CPU": ProgramEntry("CPU", "p.pte", "f32", zeros, "full", "")},
-        test_case=TestCaseEntry("test_case.npz", zeros),
+        )
     )
 
 
