@@ -30,6 +30,7 @@ import numpy as np
 from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.bundle.manifest import HISTORY_ROLES, FileEntry, Manifest, TestCaseEntry
 from runtime.bundle.shared_weights import reshare_weights, unshare_weights
+from runtime.bundle.weight_folding import fold_weight_quantization
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ExportError, InputValidationError, ParityError, RecordingError
 from runtime.recording.layout import INFO_PATH
@@ -240,16 +241,17 @@ def quantize_bundle(
                 options["extra_quantizer_options"] = {"ignored_scope": nncf.IgnoredScope(names=ignored, validate=False)}
             # the quantizer prints its progress; stdout belongs to the command's result (--json)
             with redirect_stdout(sys.stderr):
-                # fold_quantize: the weights leave as INT8 constants, not as f32 ones behind a quantize op
+                # NNCF's own folding does not scale to a default-size SmolVLA (weight_folding.py)
                 quantized = quantize_model(
                     module,
                     data,
                     mode=QuantizationMode.INT8_TRANSFORMER,
                     subset_size=len(data),
-                    fold_quantize=True,
+                    fold_quantize=False,
                     **options,
                 )
-            reshare_weights(quantized)  # the copies quantised alike are one INT8 constant again
+            fold_weight_quantization(quantized)  # the weights leave as INT8 constants, each quantised once
+            reshare_weights(quantized)  # the uses quantised alike read one INT8 constant
             return quantized
 
         try:

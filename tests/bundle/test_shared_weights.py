@@ -1,5 +1,5 @@
 """INT8 of a policy whose cameras share one backbone: every use of the shared weights is quantised,
-and the copies made for it are one INT8 weight again in the program.
+and the uses are one INT8 weight again in the program.
 
 Checked where it matters, in what OpenVINO runs: the runtime precision of each convolution in the
 INT8 program's execution graph."""
@@ -44,8 +44,8 @@ def _example(rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def test_each_use_gets_a_copy_and_the_module_computes_the_same() -> None:
-    from runtime.bundle.shared_weights import unshare_weights
+def test_each_use_gets_a_name_of_its_own_reading_the_same_storage() -> None:
+    from runtime.bundle.shared_weights import attribute, unshare_weights
 
     model = TwoCameras().eval()
     example = tuple(torch.from_numpy(v) for v in _example(np.random.default_rng(0)).values())
@@ -56,6 +56,8 @@ def test_each_use_gets_a_copy_and_the_module_computes_the_same() -> None:
     assert unshare_weights(gm) == 2
     convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
     assert len({c.args[1] for c in convs}) == 4  # a weight each
+    storages = {attribute(gm, c.args[1].target).untyped_storage().data_ptr() for c in convs}
+    assert len(storages) == 2  # aliases: no weight was copied
     torch.testing.assert_close(gm(*example), before, rtol=0, atol=0)
     assert unshare_weights(gm) == 0  # nothing shared any more
 
@@ -115,16 +117,14 @@ def test_copies_that_stayed_equal_are_merged_back_and_the_module_computes_the_sa
     before = gm(*example)
     assert unshare_weights(gm) == 2
     convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
-    changed = convs[3].args[1]  # one copy made different, as a per-call correction would
-    kept = getattr(gm, changed.target).detach().clone()
-    with torch.no_grad():
-        getattr(gm, changed.target).add_(1e-3)
+    changed = convs[3].args[1]  # one use given a different constant, as NNCF's corrections do
+    kept = getattr(gm, changed.target)
+    setattr(gm, changed.target, torch.nn.Parameter(kept.detach() + 1e-3, requires_grad=False))
     assert reshare_weights(gm) == 1  # the other copy is one weight again, the changed one stays
     convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
     assert len({c.args[1] for c in convs}) == 3 and convs[3].args[1] is changed
     assert (gm(*example) - before).abs().max() > 0  # the changed copy is what its call reads
-    with torch.no_grad():
-        getattr(gm, changed.target).copy_(kept)
+    setattr(gm, changed.target, torch.nn.Parameter(kept.detach().clone(), requires_grad=False))
     assert reshare_weights(gm) == 1  # equal again: merged
     assert len({n.args[1] for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)}) == 2
     torch.testing.assert_close(gm(*example), before, rtol=0, atol=0)

@@ -1,0 +1,152 @@
+"""Folding each weight's quantize -> dequantize into an INT8 constant: what the layers compute is
+unchanged bit for bit, each distinct weight is quantised once, the f32 weights leave the module, and
+activations and asymmetric weights are left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.ao.quantization.fx._decomposed")
+
+Q = torch.ops.quantized_decomposed
+
+
+def _weight() -> Any:
+    return torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+
+
+def _graph_module(scales: list[Any], zero_point: int = 0, per_tensor_activation: bool = False) -> Any:
+    """``x @ dq(q(w))^T`` once per scale in ``scales``, every pair reading the one stored ``w``, as
+    NNCF writes weights (per channel, axis 0, -127..127) after ``unshare_weights`` gave each use a name."""
+    root = torch.nn.Module()
+    root.register_parameter("w", torch.nn.Parameter(_weight(), requires_grad=False))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    if per_tensor_activation:
+        x = graph.call_function(
+            Q.dequantize_per_tensor.default,
+            (
+                graph.call_function(Q.quantize_per_tensor.default, (x, 0.05, 0, -128, 127, torch.int8)),
+                0.05,
+                0,
+                -128,
+                127,
+                torch.int8,
+            ),
+        )
+    outputs = []
+    for k, scale in enumerate(scales):
+        name = "w" if k == 0 else f"w_use{k}"
+        if k:
+            root.register_parameter(name, torch.nn.Parameter(root.w.detach(), requires_grad=False))  # an alias
+        root.register_buffer(f"s{k}", scale)
+        root.register_buffer(f"z{k}", torch.full((4,), zero_point, dtype=torch.int64))
+        w, s, z = graph.get_attr(name), graph.get_attr(f"s{k}"), graph.get_attr(f"z{k}")
+        params = (s, z, 0, -127, 127, torch.int8)
+        q = graph.call_function(Q.quantize_per_channel.default, (w, *params))
+        dq = graph.call_function(Q.dequantize_per_channel.default, (q, *params))
+        outputs.append(graph.call_function(torch.ops.aten.linear.default, (x, dq)))
+    graph.output(tuple(outputs))
+    return torch.fx.GraphModule(root, graph)
+
+
+def _scale(value: float = 0.02) -> Any:
+    return torch.full((4,), value)
+
+
+def _targets(gm: Any) -> list[Any]:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_folded_layers_compute_the_same_bit_for_bit_and_read_int8() -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale()])
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    before = gm(x)
+    assert fold_weight_quantization(gm) == 1
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+    assert Q.quantize_per_channel.default not in _targets(gm)
+    assert Q.dequantize_per_channel.default not in _targets(gm)
+    stored = dict(gm.named_buffers()) | dict(gm.named_parameters())
+    assert "w" not in stored  # the f32 weight is gone from the module
+    int8 = [v for v in stored.values() if v.dtype == torch.int8]
+    assert len(int8) == 1 and tuple(int8[0].shape) == (4, 3)
+    expected = torch.clamp(torch.round(_weight() / 0.02), -127, 127).to(torch.int8)
+    torch.testing.assert_close(int8[0], expected, rtol=0, atol=0)
+
+
+def test_aliases_with_equal_scales_are_quantised_once() -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale(), _scale(), _scale()])
+    x = torch.randn(2, 3)
+    before = gm(x)
+    assert fold_weight_quantization(gm) == 3
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+    read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    int8 = {t for t in read if getattr(gm, t).dtype == torch.int8}
+    assert len(int8) == 1  # one INT8 constant read by the three layers
+    assert not [t for t in read if getattr(gm, t).dtype == torch.float32 and tuple(getattr(gm, t).shape) == (4, 3)]
+
+
+def test_one_storage_with_different_scales_gets_a_constant_per_scale() -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale(0.02), _scale(0.03)])
+    x = torch.randn(2, 3)
+    before = gm(x)
+    assert fold_weight_quantization(gm) == 2
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+    int8 = {n.target for n in gm.graph.nodes if n.op == "get_attr" and getattr(gm, n.target).dtype == torch.int8}
+    assert len(int8) == 2
+
+
+def test_activations_and_asymmetric_weights_are_left_as_they_are() -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale()], zero_point=3, per_tensor_activation=True)
+    x = torch.randn(2, 3)
+    before = gm(x)
+    ops = _targets(gm)
+    assert fold_weight_quantization(gm) == 0
+    assert _targets(gm) == ops  # an activation's pair and a weight with a zero point: not folded
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+
+    gm = _graph_module([_scale()], per_tensor_activation=True)
+    assert fold_weight_quantization(gm) == 1  # the weight only
+    assert _targets(gm).count(Q.dequantize_per_tensor.default) == 1
+
+
+@pytest.mark.export
+def test_a_quantised_model_folds_to_what_nncf_computed() -> None:
+    """Through NNCF itself: the two-camera model's four convolutions over two shared weights."""
+    pytest.importorskip("executorch")
+    from executorch.backends.openvino.quantizer import QuantizationMode, quantize_model
+
+    from runtime.bundle.shared_weights import attribute, unshare_weights
+    from runtime.bundle.weight_folding import fold_weight_quantization
+    from tests.bundle.test_shared_weights import TwoCameras, _example
+
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    example = tuple(torch.from_numpy(v) for v in _example(rng).values())
+    gm = torch.export.export(TwoCameras().eval(), example).module()
+    assert unshare_weights(gm) == 2
+    data = [tuple(torch.from_numpy(v) for v in _example(rng).values()) for _ in range(4)]
+    q = quantize_model(
+        gm, data, mode=QuantizationMode.INT8_TRANSFORMER, subset_size=4, fold_quantize=False, fast_bias_correction=None
+    )
+    before = q(*example)
+    assert fold_weight_quantization(q) == 5  # four convolutions and the head
+    torch.testing.assert_close(q(*example), before, rtol=0, atol=0)
+    int8 = sorted(
+        tuple(attribute(q, n.target).shape)
+        for n in q.graph.nodes
+        if n.op == "get_attr" and attribute(q, n.target).dtype == torch.int8
+    )
+    assert sorted(set(int8)) == [(12, 38), (16, 3, 3, 3), (16, 16, 3, 3)]
