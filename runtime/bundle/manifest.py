@@ -206,6 +206,14 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     @property
+    def int8_float_precision(self) -> str | None:
+        """The precision an INT8 program's float layers must run at, when its accuracy gate could not
+        run them at the CPU's default (OpenVINO crashed there, ``quantization.gate.crashed``); None:
+        the CPU's default."""
+        value = dict(self.quantization.get("gate") or {}).get("float_precision")
+        return str(value) if value else None
+
+    @property
     def action_spec(self) -> TensorSpec:
         return next(o for o in self.outputs if o.name == self.action_output)
 

@@ -326,6 +326,98 @@ def quantize_bundle(
     return Bundle.open(out, verify_all=True)
 
 
+class NativeCrash(Exception):
+    """The process that ran a program was killed by a signal (OpenVINO's native code crashed)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def _run_blob(program: str, props: dict[str, Any], inputs: list[str], index: int, obs_dir: str, out: str) -> None:
+    """In a child process: run the delegate of ``program`` with ``props`` on each ``obs_dir/<k>.npz``,
+    and write output ``index`` of each (``out``, arrays ``0``, ``1``...) and the arithmetic it ran at."""
+    import openvino as ov
+
+    from runtime.bundle.pte import parse_program
+    from runtime.engine.openvino_engine import import_blob
+    from runtime.engine.precision import executed_precision
+
+    method = parse_program(Path(program).read_bytes(), program)["forward"]
+    compiled, _ = import_blob(ov.Core(), bytes(method.delegates[0].payload), "CPU", props)
+    request = compiled.create_infer_request()
+    results: dict[str, np.ndarray] = {"arithmetic": np.array(executed_precision(compiled))}
+    for k, f in enumerate(sorted(Path(obs_dir).glob("*.npz"), key=lambda f: int(f.stem))):
+        with np.load(f, allow_pickle=False) as obs:
+            results[str(k)] = np.array(request.infer([obs[name] for name in inputs])[index], copy=True)
+    np.savez(out, **results)  # type: ignore[arg-type]
+
+
+def run_isolated(target: Any, *args: Any) -> None:
+    """Run ``target(*args)`` in a fresh process; NativeCrash when a signal killed it, ExportError when
+    it failed otherwise. Native crashes of the program under test end that process, not this one."""
+    import multiprocessing
+    import signal
+
+    process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    process.start()
+    process.join()
+    code = process.exitcode
+    if code is not None and code < 0:
+        raise NativeCrash(signal.Signals(-code).name)
+    if code != 0:
+        raise ExportError(f"running the INT8 program in a child process failed (exit status {code}); see its output")
+
+
+def int8_outputs(
+    program: Path, held: list[dict[str, np.ndarray]], inputs: list[str], index: int, props: dict[str, Any], work: Path
+) -> tuple[list[np.ndarray], str]:
+    """The INT8 program's action for each held-out observation, run in a child process with ``props``,
+    and the arithmetic its float layers ran at. NativeCrash when OpenVINO crashed it."""
+    obs_dir = work / "observations"
+    if not obs_dir.is_dir():
+        obs_dir.mkdir(parents=True)
+        for k, obs in enumerate(held):
+            np.savez(obs_dir / f"{k}.npz", **{name: obs[name] for name in inputs})  # type: ignore[arg-type]
+    out = work / "outputs.npz"
+    out.unlink(missing_ok=True)
+    run_isolated(_run_blob, str(program), props, inputs, index, str(obs_dir), str(out))
+    with np.load(out, allow_pickle=False) as got:
+        return [got[str(k)] for k in range(len(held))], str(got["arithmetic"])
+
+
+# What the INT8 program's float layers are tried at, in order: the CPU's default (bf16 where the CPU
+# has it natively), then f32. OpenVINO 2025.4.1's CPU plugin crashes (SIGFPE, a division by a zero
+# block size) running a default-size SmolVLA's INT8 program with bf16 float layers on an AMX CPU.
+FLOAT_TRIES: Final[tuple[tuple[str | None, dict[str, Any]], ...]] = (
+    (None, {}),
+    ("f32", {"INFERENCE_PRECISION_HINT": "f32"}),
+)
+
+
+def first_that_runs(run: Any, default: str) -> tuple[list[np.ndarray], str, str | None, dict[str, str]]:
+    """``run(props)`` with each of FLOAT_TRIES until one does not crash: its outputs, the arithmetic
+    it ran at, the precision asked (None: the CPU's default, named ``default``) and what crashed
+    before it, by precision. ExportError when every try crashed."""
+    import openvino as ov
+
+    crashed: dict[str, str] = {}
+    for asked, props in FLOAT_TRIES:
+        try:
+            got, arithmetic = run(props)
+        except NativeCrash as e:
+            tried = asked or default
+            crashed[tried] = e.signal_name
+            log.warning("the INT8 program crashed OpenVINO (%s) with its float layers at %s", e.signal_name, tried)
+            continue
+        return got, arithmetic, asked, crashed
+    tried = ", ".join(f"{p}: {sig}" for p, sig in crashed.items())
+    raise ExportError(
+        f"INT8 refused: the INT8 program crashes OpenVINO {ov.get_version()} on this CPU with its float layers "
+        f"at every precision tried ({tried}); keep the float bundle"
+    )
+
+
 def accuracy_gate(
     src: Bundle,
     stage: Path,
@@ -335,42 +427,50 @@ def accuracy_gate(
     units: str,
     max_error: float,
 ) -> dict[str, Any]:
-    """INT8 (``stage/file``) vs the float program of ``src`` on ``held``; ParityError over the bound."""
+    """INT8 (``stage/file``) vs the float program of ``src`` on ``held``; ParityError over the bound.
+
+    The INT8 program runs in a child process, first with its float layers at the CPU's default, then,
+    if OpenVINO crashed on it, at f32: the gate records what ran (``float_precision`` when it is not
+    the default, which the engines then apply) and what crashed. ExportError when every try crashed."""
+    import tempfile
+
     import openvino as ov
 
     from runtime.bundle.pte import parse_program
     from runtime.engine.openvino_engine import import_blob
-    from runtime.engine.precision import executed_precision
+    from runtime.engine.precision import ov_precision_name
 
     m = src.manifest
     name = m.action_output
     index = [o.name for o in m.outputs].index(name)
+    inputs = [s.name for s in m.inputs]
 
-    arithmetic: list[str] = []
+    method = parse_program(src.read_program("CPU"), m.programs["CPU"].file)["forward"]
+    compiled, _ = import_blob(ov.Core(), bytes(method.delegates[0].payload), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    reference = [np.array(request.infer([o[n] for n in inputs])[index], copy=True) for o in held]
+    del request, compiled
 
-    def runner(data: bytes, props: dict[str, Any]) -> Any:
-        method = parse_program(data, file)["forward"]
-        compiled, _ = import_blob(ov.Core(), bytes(method.delegates[0].payload), "CPU", props)
-        arithmetic.append(executed_precision(compiled))
-        request = compiled.create_infer_request()
-        return lambda obs: np.array(request.infer([obs[s.name] for s in m.inputs])[index], copy=True)
-
-    float_run = runner(src.read_program("CPU"), {"INFERENCE_PRECISION_HINT": "f32"})
-    # the INT8 program as both engines run it: its float layers at the CPU's default (bf16 where the
-    # CPU has it natively), so the gate measures the error that will be served
-    int8_run = runner((stage / file).read_bytes(), {})
-    errors = [action_error(int8_run(o), float_run(o), scale) for o in held]
+    default = ov_precision_name(str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")))
+    with tempfile.TemporaryDirectory(prefix="lerobot-runtime-gate-") as work:
+        got, arithmetic, asked, crashed = first_that_runs(
+            lambda props: int8_outputs(stage / file, held, inputs, index, props, Path(work)), default
+        )
+    errors = [action_error(g, r, scale) for g, r in zip(got, reference, strict=True)]
     worst = max(float(e.max()) for e in errors)
     mean = float(np.mean([e.mean() for e in errors]))
-    gate = {
+    gate: dict[str, Any] = {
         "held_out_observations": len(held),
         "max_error": worst,
         "mean_error": mean,
         "bound": max_error,
         "units": units,
         "ok": worst <= max_error,
-        "float_arithmetic": arithmetic[1],  # what the INT8 program's float layers ran at
+        "float_arithmetic": arithmetic,  # what the INT8 program's float layers ran at
     }
+    if crashed:
+        gate["crashed"] = crashed
+        gate["float_precision"] = asked
     if not worst <= max_error:
         raise ParityError(
             f"INT8 refused: on {len(held)} held-out observations the INT8 program's action differs from the float "
@@ -384,8 +484,12 @@ def gate_summary(quantization: Mapping[str, Any]) -> str:
     g = quantization.get("gate", {})
     if not g:
         return ""
-    return (
+    summary = (
         f"INT8 gate: max {g.get('max_error', float('nan')):.3g}, mean {g.get('mean_error', float('nan')):.3g} "
         f"in units of {g.get('units', '?')} on {g.get('held_out_observations', '?')} held-out observations "
         f"(bound {g.get('bound', float('nan')):.3g})"
     )
+    if g.get("crashed"):
+        crashed = ", ".join(f"{p}: {sig}" for p, sig in g["crashed"].items())
+        summary += f"; float layers at {g.get('float_precision')} (OpenVINO crashed at {crashed})"
+    return summary

@@ -90,6 +90,8 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     data = bundle.map_program(device)
     method = parse_program(data, str(path / entry.file))["forward"]
     precision = entry.precision if config.precision == "auto" else config.precision
+    # an INT8 program whose gate ran its float layers at f32 because OpenVINO crashed at the default
+    forced = manifest.int8_float_precision if entry.precision == "int8" and config.precision == "auto" else None
 
     refusal = direct_engine_refusal(method)
     kind = config.engine
@@ -109,7 +111,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             device=device,
             bundle=str(path),
             program=entry.file,
-            precision=precision,
+            precision=forced or precision,
             threads=threads,
             cpus=cpus,
             cache_dir=effective_cache_dir(config),
@@ -125,6 +127,14 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
         )
 
         import_runtime()  # a missing ExecuTorch install is said first, before anything about its arithmetic
+        if forced:
+            gate = dict(manifest.quantization.get("gate") or {})
+            crashed = ", ".join(f"{p}: {sig}" for p, sig in dict(gate.get("crashed") or {}).items()) or "?"
+            raise BundleError(
+                f"{path}: this INT8 program's float layers are proven at {forced} only (OpenVINO crashed running "
+                f"them at {crashed} when it was quantised); the executorch engine runs them at the CPU's default "
+                f'and cannot be told otherwise. Use the openvino engine ([engine] engine = "openvino")'
+            )
         read_back = ExecuTorchEngine.read_back(method, device)
         if lower_arithmetic(entry.precision, read_back[0]) and not config.accept_lower_arithmetic:
             raise BundleError(lower_arithmetic_refusal(str(path), device, entry.precision, read_back[0], refusal))

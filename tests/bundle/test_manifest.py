@@ -811,3 +811,14 @@ def test_a_missing_or_unreadable_manifest(tmp_path: Path) -> None:
         f"{tmp_path / 'manifest.json'}: not valid JSON: Expecting property name enclosed in double quotes: "
         "line 1 column 2 (char 1)"
     )
+
+
+def test_an_int8_bundle_says_its_float_layers_precision_only_when_its_gate_fell_back() -> None:
+    from tests.bundle.manifests import small_manifest
+
+    assert small_manifest().int8_float_precision is None
+    gate = {"max_error": 0.04, "float_arithmetic": "bf16"}
+    assert small_manifest(quantization={"gate": gate}).int8_float_precision is None
+    fell_back = {**gate, "float_arithmetic": "f32", "crashed": {"bf16": "SIGFPE"}, "float_precision": "f32"}
+    assert small_manifest(quantization={"gate": fell_back}).int8_float_precision == "f32"
+    assert small_manifest(quantization={"gate": None}).int8_float_precision is None

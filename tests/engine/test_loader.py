@@ -48,7 +48,9 @@ class World:
             "CPU": SimpleNamespace(file="programs/cpu.pte", precision="f32", openvino_version=OV),
             "GPU": SimpleNamespace(file="programs/gpu.pte", precision="f16", openvino_version=OV),
         }
-        self.manifest = SimpleNamespace(programs=self.entries, policy_name="tiny")
+        self.manifest = SimpleNamespace(
+            programs=self.entries, policy_name="tiny", int8_float_precision=None, quantization={}
+        )
         self.case = TestCase({STATE: np.array([1.0, 2.0], np.float32)}, {ACTION: REF.copy()}, {"f32": 1e-4})
         self.present = ["CPU"]
         self.installed = OV
@@ -329,6 +331,34 @@ def test_an_int8_program_is_not_lower_arithmetic(world: World) -> None:
     world.case = TestCase(world.case.inputs, world.case.outputs, {"f32": 1e-4, "int8": 1e-3})
     load_engine(config(world, engine="executorch"))
     assert world.engines[0].kw["program_precision"] == "int8"
+
+
+def test_an_int8_program_proven_only_with_f32_float_layers_runs_them_at_f32(world: World) -> None:
+    world.entries["CPU"].precision = "int8"
+    world.case = TestCase(world.case.inputs, world.case.outputs, {"f32": 1e-4, "int8": 1e-3})
+    load_engine(config(world))
+    assert world.engines[-1].kw["precision"] == "int8"  # no float precision recorded: the CPU's default
+    world.manifest.int8_float_precision = "f32"
+    world.manifest.quantization = {"gate": {"crashed": {"bf16": "SIGFPE"}, "float_precision": "f32"}}
+    load_engine(config(world))
+    assert world.engines[-1].kind == "openvino"
+    assert world.engines[-1].kw["precision"] == "f32" and world.engines[-1].kw["program_precision"] == "int8"
+    load_engine(config(world, precision="bf16"))
+    assert world.engines[-1].kw["precision"] == "bf16"  # asked for in the config: the request wins
+
+
+def test_an_int8_program_proven_only_with_f32_float_layers_is_refused_by_executorch(world: World) -> None:
+    world.entries["CPU"].precision = "int8"
+    world.manifest.int8_float_precision = "f32"
+    world.manifest.quantization = {"gate": {"crashed": {"bf16": "SIGFPE"}, "float_precision": "f32"}}
+    with pytest.raises(BundleError) as info:
+        load_engine(config(world, engine="executorch"))
+    assert str(info.value) == (
+        f"{world.path}: this INT8 program's float layers are proven at f32 only (OpenVINO crashed running them "
+        "at bf16: SIGFPE when it was quantised); the executorch engine runs them at the CPU's default and cannot "
+        'be told otherwise. Use the openvino engine ([engine] engine = "openvino")'
+    )
+    assert world.engines == []
 
 
 # --- device and version ----------------------------------------------------------------------------
