@@ -207,6 +207,7 @@ def run_engine_bench(
                 return {"action": (out[0] if batched else out).numpy()}
 
         Candidate = tuple[str, Callable[[], dict[str, np.ndarray]], str]
+        refused: dict[str, str] = {}  # row -> why its engine refused the bundle
 
         def engines_for(precision: str, bundle: Bundle) -> tuple[list[Candidate], list[Any]]:
             # int8: the program's own choice (its float layers at the CPU's fastest precision)
@@ -215,20 +216,24 @@ def run_engine_bench(
             opened = []
             kinds: tuple[EngineChoice, ...] = ("openvino", "executorch")
             for kind in kinds:
-                engine = load_engine(
-                    EngineConfig(
-                        bundle=str(bundle.path),
-                        engine=kind,
-                        precision=hint if kind == "openvino" else "auto",
-                        cpus=tuple(cpu_set),
-                        threads=n_threads,
-                        allow_parity_failure=True,
-                        # the bench shows what each engine computes, bf16 defaults included
-                        accept_lower_arithmetic=True,
-                        warmup_runs=2,
-                    ),
-                    report=LoadReport(),
-                )
+                try:
+                    engine = load_engine(
+                        EngineConfig(
+                            bundle=str(bundle.path),
+                            engine=kind,
+                            precision=hint if kind == "openvino" else "auto",
+                            cpus=tuple(cpu_set),
+                            threads=n_threads,
+                            allow_parity_failure=True,
+                            # the bench shows what each engine computes, bf16 defaults included
+                            accept_lower_arithmetic=True,
+                            warmup_runs=2,
+                        ),
+                        report=LoadReport(),
+                    )
+                except BundleError as e:  # an engine that refuses this bundle is a row of its own, said
+                    refused[f"{kind}_{precision}"] = str(e)
+                    continue
                 opened.append(engine)
                 ran = f"{engine.info.precision} (arithmetic {engine.info.arithmetic})"
                 found.append((f"{kind}_{precision}", functools.partial(engine.infer, inputs_np), ran))
@@ -308,6 +313,7 @@ def run_engine_bench(
         "engines_held": "one precision at a time" if one_at_a_time else "all at once",
         "bundle_mb": sizes,
         "rows": rows,
+        "refused": refused,
         "int8": quant,
         "cold_start": cs,
         "machine": {"cpu_count": os.cpu_count(), "cpu_flags": cpu_flags()},

@@ -384,6 +384,8 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
                 f"{row['name']:<24} median {row['median_ms']:8.2f} ms  p90 {row['p90_ms']:8.2f} ms  "
                 f"x{row['speedup_vs_eager']:.2f} vs eager  error {row['error']:.2g} ({row['precision']})"
             )
+        for name, reason in result["refused"].items():
+            print(f"{name:<24} refused: {reason}")
         print(f"errors in units of {result['rows'][0]['error_units']}")
         for name, cs in result["cold_start"].items():  # one fresh process per engine
             if "error" in cs:

@@ -133,6 +133,7 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
     assert main(["bench", "engine", "--factory", TINY, "--runs", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in result["rows"]}
+    assert result["refused"] == {}  # every engine loaded every bundle
     assert list(rows) == [
         "eager_pytorch_f32",
         "openvino_f32",
