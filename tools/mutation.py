@@ -131,6 +131,36 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_scalar_constants.py",
         ),
     ),
+    # INT8's weight plumbing: each use of a shared weight named apart (aliases), the quantised weights
+    # folded into one INT8 constant per weight and scale, equal constants merged (hand-made graphs, NNCF).
+    "bundle-weights": Scope(
+        ("runtime/bundle/shared_weights.py", "runtime/bundle/weight_folding.py"),
+        (
+            # on graphs made by hand (the NNCF and export tests of these modules run in the suite only)
+            *(
+                f"tests/bundle/test_weight_folding.py::{t}"
+                for t in (
+                    "test_folded_layers_compute_the_same_bit_for_bit_and_read_int8",
+                    "test_aliases_with_equal_scales_are_quantised_once",
+                    "test_one_storage_with_different_scales_gets_a_constant_per_scale",
+                    "test_activations_and_asymmetric_weights_are_left_as_they_are",
+                    "test_an_asymmetric_pair_does_not_stop_the_pairs_after_it",
+                    "test_the_int8_constants_are_named_after_the_use_that_made_them_one_per_scale",
+                    "test_a_weight_of_a_submodule_and_a_per_tensor_pair",
+                    "test_pairs_unlike_nncfs_weight_pairs_are_left_alone",
+                )
+            ),
+            *(
+                f"tests/bundle/test_shared_weights.py::{t}"
+                for t in (
+                    "test_each_use_gets_a_name_of_its_own_reading_the_same_storage",
+                    "test_copies_that_stayed_equal_are_merged_back_and_the_module_computes_the_same",
+                    "test_each_further_use_is_named_after_the_weight_and_registered_as_the_weight_was",
+                    "test_equal_constants_are_merged_and_the_merged_ones_leave_the_module",
+                )
+            ),
+        ),
+    ),
     # What the server's sockets refuse before any of its code runs: ZMQ_MAXMSGSIZE, the high-water mark,
     # the size limit derived from the policy, and the config that sets it.
     "server-limits": Scope(

@@ -43,7 +43,7 @@ def _value(gm: Any, arg: Any) -> Any:
     return attribute(gm, arg.target) if hasattr(arg, "op") and arg.op == "get_attr" else arg
 
 
-def _weight_pair(gm: Any, dq: Any, ops: dict[Any, tuple[Any, bool]]) -> tuple[Any, bool] | None:
+def _weight_pair(dq: Any, ops: dict[Any, tuple[Any, bool]]) -> tuple[Any, bool] | None:
     """The quantize node feeding ``dq`` and whether it is per channel, when the pair quantises a
     stored weight (a ``get_attr``) with constant parameters; None for activations and anything else."""
     if dq.op != "call_function" or dq.target not in ops:
@@ -84,14 +84,14 @@ def fold_weight_quantization(gm: Any) -> int:
     read: set[str] = set()
     folded = 0
     for dq in list(gm.graph.nodes):
-        pair = _weight_pair(gm, dq, ops)
+        pair = _weight_pair(dq, ops)
         if pair is None:
             continue
         q, per_channel = pair
         weight, scale, zero_point, *rest = (_value(gm, a) for a in q.args)
         if torch.as_tensor(zero_point).ne(0).any():
             continue  # an asymmetric weight: dequantize is not int8 * scale
-        key = (_storage(weight), _param_key(scale), _param_key(zero_point), *map(_param_key, rest))
+        key = (_storage(weight), _param_key(scale), *map(_param_key, rest))  # the zero point is 0 here
         names = made.get(key)
         if names is None:
             int8 = q.target(weight.detach(), scale, zero_point, *rest)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,3 +129,77 @@ def test_copies_that_stayed_equal_are_merged_back_and_the_module_computes_the_sa
     assert reshare_weights(gm) == 1  # equal again: merged
     assert len({n.args[1] for n in gm.graph.nodes if n.op == "call_function" and "conv" in str(n.target)}) == 2
     torch.testing.assert_close(gm(*example), before, rtol=0, atol=0)
+
+
+def _linear_uses(uses: int, *, buffer: bool = False, dotted: bool = False) -> Any:
+    """A lone weight ``v`` read once, then a shared bias ``b`` and a shared 2-D weight (``w``, or
+    ``layer.w`` of a submodule; a parameter or a buffer), each read by ``uses`` linear layers."""
+    root = torch.nn.Module()
+    owner, target = root, "w"
+    if dotted:
+        root.layer = torch.nn.Module()
+        owner, target = root.layer, "layer.w"
+    weight = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    if buffer:
+        owner.register_buffer("w", weight)
+    else:
+        owner.register_parameter("w", torch.nn.Parameter(weight, requires_grad=False))
+    root.register_buffer("v", torch.ones(4, 3))
+    root.register_buffer("b", torch.arange(4, dtype=torch.float32))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    outputs = [graph.call_function(torch.ops.aten.linear.default, (x, graph.get_attr("v")))]
+    b, w = graph.get_attr("b"), graph.get_attr(target)
+    outputs += [graph.call_function(torch.ops.aten.linear.default, (x, w, b)) for _ in range(uses)]
+    graph.output(tuple(outputs))
+    return torch.fx.GraphModule(root, graph)
+
+
+@pytest.mark.parametrize(("buffer", "dotted"), [(False, False), (True, False), (False, True)])
+def test_each_further_use_is_named_after_the_weight_and_registered_as_the_weight_was(
+    buffer: bool, dotted: bool
+) -> None:
+    from runtime.bundle.shared_weights import attribute, unshare_weights
+
+    gm = _linear_uses(3, buffer=buffer, dotted=dotted)
+    x = torch.randn(2, 3)
+    before = gm(x)
+    assert unshare_weights(gm) == 2
+    prefix = "layer_w" if dotted else "w"
+    weight = attribute(gm, "layer.w" if dotted else "w")
+    reads = [n.args[1].target for n in gm.graph.nodes if n.op == "call_function"]
+    assert reads == ["v", "layer.w" if dotted else "w", f"{prefix}_use1", f"{prefix}_use2"]
+    for k in (1, 2):
+        alias = getattr(gm, f"{prefix}_use{k}")
+        assert alias.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()
+        assert not alias.requires_grad
+        assert (f"{prefix}_use{k}" in dict(gm.named_buffers())) is buffer
+    biases = [n.args[2].target for n in gm.graph.nodes if n.op == "call_function" and len(n.args) == 3]
+    assert biases == ["b", "b", "b"]  # 1-D: quantisation does not touch it, it stays one constant
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+
+
+def test_equal_constants_are_merged_and_the_merged_ones_leave_the_module() -> None:
+    """a, b, b again (read twice), a again, and c: two kinds of equal, one of them read by two nodes;
+    a submodule read first is not a constant and is passed over."""
+    from runtime.bundle.shared_weights import reshare_weights
+
+    root = torch.nn.Module()
+    root.sub = torch.nn.Module()
+    a, b, c = torch.ones(4, 3), torch.full((4, 3), 2.0), torch.full((4, 3), 3.0)
+    for name, value in (("a", a), ("b", b), ("b2", b.clone()), ("a2", a.clone()), ("c", c)):
+        root.register_buffer(name, value)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.get_attr("sub")
+    reads = ["a", "b", "b2", "b2", "a2", "c"]
+    outputs = [graph.call_function(torch.ops.aten.linear.default, (x, graph.get_attr(n))) for n in reads]
+    graph.output(tuple(outputs))
+    gm = torch.fx.GraphModule(root, graph)
+    inputs = torch.randn(2, 3)
+    before = gm(inputs)
+    assert reshare_weights(gm) == 3  # both reads of b2, and a2
+    assert [n.args[1].target for n in gm.graph.nodes if n.op == "call_function"] == ["a", "b", "b", "b", "a", "c"]
+    assert not hasattr(gm, "b2") and not hasattr(gm, "a2")
+    assert all(hasattr(gm, n) for n in ("a", "b", "c"))
+    torch.testing.assert_close(gm(inputs), before, rtol=0, atol=0)

@@ -19,7 +19,7 @@ def _weight() -> Any:
     return torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
 
 
-def _graph_module(scales: list[Any], zero_point: int = 0, per_tensor_activation: bool = False) -> Any:
+def _graph_module(scales: list[Any], zero_point: int | list[int] = 0, per_tensor_activation: bool = False) -> Any:
     """``x @ dq(q(w))^T`` once per scale in ``scales``, every pair reading the one stored ``w``, as
     NNCF writes weights (per channel, axis 0, -127..127) after ``unshare_weights`` gave each use a name."""
     root = torch.nn.Module()
@@ -44,7 +44,8 @@ def _graph_module(scales: list[Any], zero_point: int = 0, per_tensor_activation:
         if k:
             root.register_parameter(name, torch.nn.Parameter(root.w.detach(), requires_grad=False))  # an alias
         root.register_buffer(f"s{k}", scale)
-        root.register_buffer(f"z{k}", torch.full((4,), zero_point, dtype=torch.int64))
+        zp = zero_point[k] if isinstance(zero_point, list) else zero_point
+        root.register_buffer(f"z{k}", torch.full((4,), zp, dtype=torch.int64))
         w, s, z = graph.get_attr(name), graph.get_attr(f"s{k}"), graph.get_attr(f"z{k}")
         params = (s, z, 0, -127, 127, torch.int8)
         q = graph.call_function(Q.quantize_per_channel.default, (w, *params))
@@ -120,6 +121,98 @@ def test_activations_and_asymmetric_weights_are_left_as_they_are() -> None:
     gm = _graph_module([_scale()], per_tensor_activation=True)
     assert fold_weight_quantization(gm) == 1  # the weight only
     assert _targets(gm).count(Q.dequantize_per_tensor.default) == 1
+
+
+def _int8_names(gm: Any) -> list[str]:
+    return [n.target for n in gm.graph.nodes if n.op == "get_attr" and getattr(gm, n.target).dtype == torch.int8]
+
+
+def test_an_asymmetric_pair_does_not_stop_the_pairs_after_it() -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale(0.02), _scale(0.03)], zero_point=[3, 0])
+    x = torch.randn(2, 3)
+    before = gm(x)
+    assert fold_weight_quantization(gm) == 1
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+    assert _targets(gm).count(Q.dequantize_per_channel.default) == 1  # the asymmetric one's
+
+
+def test_the_int8_constants_are_named_after_the_use_that_made_them_one_per_scale() -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale(0.02), _scale(0.03), _scale(0.02)])
+    gm.register_buffer("w_int8", torch.zeros(1))  # names taken already: the next free one is used
+    gm.register_buffer("w_int8_1", torch.zeros(1))
+    fold_weight_quantization(gm)
+    assert _int8_names(gm) == ["w_int8_2", "w_use1_int8", "w_int8_2"]
+    scales = [n.args[1].target for n in gm.graph.nodes if n.target == torch.ops.aten.mul.Tensor]
+    assert scales == ["w_int8_2_scale", "w_use1_int8_scale", "w_int8_2_scale"]
+    assert tuple(gm.w_int8_2_scale.shape) == (4, 1)  # per output channel, broadcast over the inputs
+    assert not hasattr(gm, "w") and not hasattr(gm, "w_use1") and not hasattr(gm, "s0") and not hasattr(gm, "z1")
+
+
+def test_a_weight_of_a_submodule_and_a_per_tensor_pair() -> None:
+    """``layer.w`` quantised per tensor (a literal scale): folded to ``layer_w_int8 * 0.02``."""
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    root = torch.nn.Module()
+    root.layer = torch.nn.Module()
+    root.layer.register_parameter("w", torch.nn.Parameter(_weight(), requires_grad=False))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    params = (0.02, 0, -127, 127, torch.int8)
+    q = graph.call_function(Q.quantize_per_tensor.default, (graph.get_attr("layer.w"), *params))
+    dq = graph.call_function(Q.dequantize_per_tensor.default, (q, *params))
+    graph.output(graph.call_function(torch.ops.aten.linear.default, (x, dq)))
+    gm = torch.fx.GraphModule(root, graph)
+    x_in = torch.randn(2, 3)
+    before = gm(x_in)
+    assert fold_weight_quantization(gm) == 1
+    torch.testing.assert_close(gm(x_in), before, rtol=0, atol=0)
+    assert _int8_names(gm) == ["layer_w_int8"]
+    (mul,) = [n for n in gm.graph.nodes if n.target == torch.ops.aten.mul.Tensor]
+    assert mul.args[1] == 0.02  # the literal scale, no constant made for it
+    assert not hasattr(gm.layer, "w")
+
+
+def _pair_graph(dq_scale: str = "s", scale_op: bool = False, dequantize: Any = None) -> Any:
+    """One weight pair built to differ from NNCF's in one way."""
+    root = torch.nn.Module()
+    root.register_parameter("w", torch.nn.Parameter(_weight(), requires_grad=False))
+    root.register_buffer("s", _scale())
+    root.register_buffer("t", _scale(0.03))
+    root.register_buffer("z", torch.zeros(4, dtype=torch.int64))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    s = graph.get_attr("s")
+    if scale_op:
+        s = graph.call_function(torch.ops.aten.abs.default, (s,))
+    z = graph.get_attr("z")
+    q = graph.call_function(Q.quantize_per_channel.default, (graph.get_attr("w"), s, z, 0, -127, 127, torch.int8))
+    dq_s = s if dq_scale == "s" else graph.get_attr(dq_scale)
+    dq = graph.call_function(dequantize or Q.dequantize_per_channel.default, (q, dq_s, z, 0, -127, 127, torch.int8))
+    graph.output(graph.call_function(torch.ops.aten.linear.default, (x, dq)))
+    return torch.fx.GraphModule(root, graph)
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        pytest.param(lambda: _pair_graph(dq_scale="t"), id="dequantize-with-another-scale"),
+        pytest.param(lambda: _pair_graph(scale_op=True), id="scale-computed-in-the-graph"),
+        pytest.param(
+            lambda: _pair_graph(dequantize=Q.dequantize_per_tensor.default), id="per-tensor-after-per-channel"
+        ),
+    ],
+)
+def test_pairs_unlike_nncfs_weight_pairs_are_left_alone(graph: Any) -> None:
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = graph()
+    ops = _targets(gm)
+    assert fold_weight_quantization(gm) == 0
+    assert _targets(gm) == ops and hasattr(gm, "w")
 
 
 @pytest.mark.export
