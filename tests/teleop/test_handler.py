@@ -404,3 +404,13 @@ def test_the_clock_defaults_to_the_monotonic_one(loop: Loop) -> None:
     ctl = TeleopControl(loop)  # type: ignore[arg-type]
     open_(ctl)
     assert ctl.holder() == "alice (client 7)"  # a session opened now is not lost now
+
+
+def test_a_garbled_token_is_answered_no_session_naming_the_holder(ctl: TeleopControl) -> None:
+    open_(ctl)
+    with pytest.raises(NoSessionError) as err:
+        ctl.handle(TeleopRequest(3, "teleop.target", session="sessión", seq=1, positions=(1.0, 2.0)), "8")
+    assert err.value.message == (
+        "teleop.target: session 'sessión' is not the open teleop session (closed or lost); "
+        "the arm is held by alice (client 7)"
+    )

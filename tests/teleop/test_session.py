@@ -88,3 +88,16 @@ def test_a_session_is_lost_once_past_its_timeout_and_not_at_it() -> None:
     assert s.expire(20.0) is None and s.lost == 1  # lost once
     s.open("bob", 30.0)
     assert s.expire(32.0) is not None and s.lost == 2
+
+
+def test_a_token_with_characters_outside_ascii_is_refused_like_any_other() -> None:
+    # a station's garbled token is still "not the open session", not a failure of the server
+    s = TeleopSessions(timeout_s=1.0)
+    with pytest.raises(NoSession) as err:
+        s.check("jeton-é", 0.0)
+    assert str(err.value) == "session 'jeton-é' is not the open teleop session (closed or lost); no session is open"
+    alice = s.open("alice", 0.0)
+    with pytest.raises(NoSession) as err:
+        s.check("tök" + alice.token[3:], 0.5)
+    assert str(err.value).endswith("(closed or lost); the arm is held by alice")
+    assert s.last_heard == 0.0 and s.check(alice.token, 0.5) is alice
