@@ -390,6 +390,32 @@ SCOPES: dict[str, Scope] = {
         ("runtime/recording/frames.py", "runtime/recording/shm_ring.py"),
         ("tests/recording/test_frames.py", "tests/recording/test_shm_ring.py"),
     ),
+    # The [teleop] table's refusals at their bounds, the target slot (out of order, the deadman's edge)
+    # and both hand-overs step by step, one session at a time and its loss on a clock the test moves, the
+    # station's raw keys and status line (a pty), the daemon's own leader read on a stand-in loop.
+    "teleop-parts": Scope(
+        tuple(f"runtime/teleop/{m}.py" for m in ("config", "target", "session", "terminal", "local")),
+        (
+            "tests/teleop/test_config.py",
+            "tests/teleop/test_target.py",
+            "tests/teleop/test_session.py",
+            "tests/teleop/test_terminal.py",
+            "tests/teleop/test_local.py",
+            "tests/control/test_teleop_parts.py",
+        ),
+    ),
+    # The operator's side and the daemon's teleop.* requests: the station's keys, targets, status and
+    # phase lock on a stand-in client and leader; a leader arm's order and reads on a stand-in bus; every
+    # teleop.* request and refusal word for word on a stand-in loop and a clock the test moves.
+    "teleop-station": Scope(
+        tuple(f"runtime/teleop/{m}.py" for m in ("station", "leader", "handler")),
+        (
+            "tests/teleop/test_station.py",
+            "tests/teleop/test_leader.py",
+            "tests/teleop/test_handler.py",
+            "tests/control/test_teleop_parts.py",
+        ),
+    ),
 }
 
 

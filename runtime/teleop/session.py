@@ -52,7 +52,8 @@ class TeleopSessions:
     def check(self, token: str, now: float) -> Session:
         """The open session if ``token`` is its token; refreshes its deadline."""
         held = self.current
-        if held is None or not secrets.compare_digest(held.token, token):
+        # compared as bytes: compare_digest refuses a str with non-ASCII characters (a garbled token)
+        if held is None or not secrets.compare_digest(held.token.encode(), token.encode()):
             holder = f"; the arm is held by {held.who}" if held is not None else "; no session is open"
             raise NoSession(f"session {token[:16]!r} is not the open teleop session (closed or lost){holder}")
         self.last_heard = now
