@@ -145,6 +145,7 @@ SCOPES: dict[str, Scope] = {
                     "test_one_storage_with_different_scales_gets_a_constant_per_scale",
                     "test_activations_and_asymmetric_weights_are_left_as_they_are",
                     "test_an_asymmetric_pair_does_not_stop_the_pairs_after_it",
+                    "test_a_weight_still_read_by_a_pair_left_alone_stays",
                     "test_the_int8_constants_are_named_after_the_use_that_made_them_one_per_scale",
                     "test_a_weight_of_a_submodule_and_a_per_tensor_pair",
                     "test_pairs_unlike_nncfs_weight_pairs_are_left_alone",

@@ -138,17 +138,33 @@ def test_an_asymmetric_pair_does_not_stop_the_pairs_after_it() -> None:
     assert _targets(gm).count(Q.dequantize_per_channel.default) == 1  # the asymmetric one's
 
 
+def test_a_weight_still_read_by_a_pair_left_alone_stays() -> None:
+    """Two pairs read the one stored ``w`` (no alias): the symmetric one folds, the asymmetric one
+    still reads ``w``, its scale and zero point."""
+    from runtime.bundle.weight_folding import fold_weight_quantization
+
+    gm = _graph_module([_scale(0.02), _scale(0.03)], zero_point=[0, 3])
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target == "w_use1":
+            node.target = "w"
+    gm.recompile()
+    x = torch.randn(2, 3)
+    before = gm(x)
+    assert fold_weight_quantization(gm) == 1
+    assert hasattr(gm, "w") and hasattr(gm, "s1") and hasattr(gm, "z1") and not hasattr(gm, "s0")
+    torch.testing.assert_close(gm(x), before, rtol=0, atol=0)
+
+
 def test_the_int8_constants_are_named_after_the_use_that_made_them_one_per_scale() -> None:
     from runtime.bundle.weight_folding import fold_weight_quantization
 
     gm = _graph_module([_scale(0.02), _scale(0.03), _scale(0.02)])
-    gm.register_buffer("w_int8", torch.zeros(1))  # names taken already: the next free one is used
-    gm.register_buffer("w_int8_1", torch.zeros(1))
+    gm.register_buffer("w_int8", torch.zeros(1))  # a name taken already: the next free one is used
     fold_weight_quantization(gm)
-    assert _int8_names(gm) == ["w_int8_2", "w_use1_int8", "w_int8_2"]
+    assert _int8_names(gm) == ["w_int8_1", "w_use1_int8", "w_int8_1"]
     scales = [n.args[1].target for n in gm.graph.nodes if n.target == torch.ops.aten.mul.Tensor]
-    assert scales == ["w_int8_2_scale", "w_use1_int8_scale", "w_int8_2_scale"]
-    assert tuple(gm.w_int8_2_scale.shape) == (4, 1)  # per output channel, broadcast over the inputs
+    assert scales == ["w_int8_1_scale", "w_use1_int8_scale", "w_int8_1_scale"]
+    assert tuple(gm.w_int8_1_scale.shape) == (4, 1)  # per output channel, broadcast over the inputs
     assert not hasattr(gm, "w") and not hasattr(gm, "w_use1") and not hasattr(gm, "s0") and not hasattr(gm, "z1")
 
 
