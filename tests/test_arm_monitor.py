@@ -440,3 +440,21 @@ class TestClose:
         assert monitor.close() is True
         assert stopped == [True] and monitor.sim is None
         assert monitor.close() is True and stopped == [True]
+
+
+def test_the_log_tells_each_change_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.arm_monitor")
+    monitor = ArmMonitor(FEETECH, bus=StandInBus(TWO))  # type: ignore[arg-type]
+    monitor.open()
+    assert "arm connected: so101 feetech on /dev/ttyX; positions shoulder_pan 10.1, gripper -4.4" in caplog.text
+    monitor.observe_failure(BusError("no reply"))
+    monitor.observe_failure(BusError("no reply"))
+    monitor.observe(TWO)
+    monitor.observe(TWO)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("arm read failed: no reply") == 1
+    assert messages.count("arm read works again after: no reply") == 1
+    # a monitor's very first read failing is news too
+    fresh = ArmMonitor(FEETECH)
+    fresh.observe_failure(BusError("servo 6 silent"))
+    assert "arm read failed: servo 6 silent" in [r.getMessage() for r in caplog.records]

@@ -221,3 +221,13 @@ def test_empty_paths_in_a_file_stay_empty(tmp_path: Path) -> None:
     assert config.arm.calibration == ""
     assert config.teleop.leader_calibration == ""
     assert config.recording.dataset_dir == ""
+
+
+def test_an_unknown_table_is_refused_naming_it_and_every_table_there_is(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[engines]\nbundle = 'x'\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (
+        ": unknown key(s) engines; expected some of arm, control, daemon, engine, metrics, recording, server, teleop"
+    )
