@@ -307,6 +307,38 @@ def test_the_server_serves_scrapes_until_closed(caplog: pytest.LogCaptureFixture
         urllib.request.urlopen(server.address, timeout=10)
 
 
+def test_only_the_configured_address_listens() -> None:
+    server = MetricsServer(MetricsConfig(port=0, host="127.0.0.2"), RuntimeCollector(lambda: stats(), info))
+    try:
+        port = int(server.address.rsplit(":", 1)[1].split("/")[0])
+        assert server.address == f"http://127.0.0.2:{port}/metrics"
+        assert "lerobot_runtime_clients 2.0" in urllib.request.urlopen(server.address, timeout=10).read().decode()
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    finally:
+        server.close()
+
+
+def test_nothing_is_read_until_a_scrape() -> None:
+    reads: list[str] = []
+
+    def snapshot() -> Any:
+        reads.append("stats")
+        return stats()
+
+    def hello() -> Any:
+        reads.append("info")
+        return info()
+
+    server = MetricsServer(MetricsConfig(port=0), RuntimeCollector(snapshot, hello))
+    try:
+        assert reads == []
+        urllib.request.urlopen(server.address, timeout=10).read()
+        assert reads == ["stats", "info"]
+    finally:
+        server.close()
+
+
 def test_a_port_in_use_is_refused_naming_it() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

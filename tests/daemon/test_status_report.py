@@ -162,6 +162,11 @@ def test_the_report_line_by_line() -> None:
     ]
 
 
+def test_every_request_kind_and_error_code_by_name() -> None:
+    s = gather(info(), stats(requests={"stats": 1, "hello": 3, "infer": 9}, errors={"queue_full": 1, "bad_input": 2}))
+    assert format_status(s).splitlines()[3] == "requests   hello=3 infer=9 stats=1; errors bad_input=2 queue_full=1"
+
+
 def test_a_fresh_daemon_without_an_arm() -> None:
     s = gather(info(), stats(requests={}, errors={}, inference_cpus={}, latency_ms={}, arm=None, uptime_s=0.4))
     assert format_status(s).splitlines() == [
