@@ -458,3 +458,17 @@ def test_the_log_tells_each_change_once(caplog: pytest.LogCaptureFixture) -> Non
     fresh = ArmMonitor(FEETECH)
     fresh.observe_failure(BusError("servo 6 silent"))
     assert "arm read failed: servo 6 silent" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_servo_fault_at_the_first_read_is_not_waited_for(clock: Clock) -> None:
+    fault = ServoFaultError("elbow_flex", 3, ("overheat",), 4)
+    bus = StandInBus(fault, TWO)
+    monitor = ArmMonitor(FEETECH, bus=bus)  # type: ignore[arg-type]
+    with pytest.raises(BusError) as err:
+        monitor.open_waiting(60.0)
+    assert str(err.value) == (
+        "arm (feetech, /dev/ttyX) connected but its first read failed: joint 'elbow_flex' (servo id 3) reports "
+        "fault overheat (error byte 0x04); check load, supply voltage and temperature before re-enabling torque"
+    )
+    assert err.value.__cause__ is fault
+    assert bus.reads == 1 and clock.slept == 0.0
