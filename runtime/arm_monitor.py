@@ -29,6 +29,9 @@ from runtime.control.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
+# what waiting for the arm cannot fix: a wrong calibration, a servo's fault, a joint not on the bus
+_NOT_WAITED_FOR = (CalibrationError, ServoFaultError, UnknownJointError)
+
 
 class ArmReadings(Protocol):
     """The control loop, through its per-tick snapshot of its own reads."""
@@ -53,6 +56,7 @@ class ArmMonitor:
         self.last_state: dict[str, JointState] = {}
         self.reads = 0
         self.failures = 0
+        self._failure: BusError | None = None  # the last failed read's error, for open() to chain
         #: the simulated arm (``kind = "sim"``): its servos show what the arm received
         self.sim: SimArm | None = None
         #: the control loop, once it owns the port: health is taken from its reads
@@ -75,7 +79,9 @@ class ArmMonitor:
                 self.bus = open_arm(cfg)
         self.poll()
         if not self.healthy:
-            raise BusError(f"arm ({cfg.kind}, {where}) connected but its first read failed: {self.last_error}")
+            raise BusError(
+                f"arm ({cfg.kind}, {where}) connected but its first read failed: {self.last_error}"
+            ) from self._failure
         positions = ", ".join(f"{n} {s.position:.1f}" for n, s in self.last_state.items())
         log.info("arm connected: %s %s on %s; positions %s", cfg.model, cfg.kind, where, positions)
 
@@ -101,9 +107,11 @@ class ArmMonitor:
             try:
                 self.open()
                 return
-            except (CalibrationError, ServoFaultError, UnknownJointError):
+            except _NOT_WAITED_FOR:
                 raise
             except BusError as e:
+                if isinstance(e.__cause__, _NOT_WAITED_FOR):  # a servo fault at the first read
+                    raise
                 self._drop_bus()
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -162,6 +170,7 @@ class ArmMonitor:
     def observe_failure(self, error: BusError) -> None:
         """A failed read or write on the arm's bus."""
         self.failures += 1
+        self._failure = error
         was, before = self.healthy, self.last_error
         if self.healthy or not self.last_error:
             log.error("arm read failed: %s", error)

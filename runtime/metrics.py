@@ -200,11 +200,11 @@ def control_metrics(status: Mapping[str, Any]) -> Iterator[Any]:
     yield CounterMetricFamily(f"{PREFIX}_control_write_periods_off", off, value=writes["off_5ms"])
     process = status.get("process")
     if process is not None:  # the loop in an arm process of its own: is it there?
-        alive = GaugeMetricFamily(
-            f"{PREFIX}_arm_process_alive", "1 while the arm process (the loop, the serial port) runs", value=0
+        yield GaugeMetricFamily(
+            f"{PREFIX}_arm_process_alive",
+            "1 while the arm process (the loop, the serial port) runs",
+            value=1.0 if process["alive"] else 0.0,
         )
-        alive.add_metric([], 1.0 if process["alive"] else 0.0)
-        yield alive
     skipped = "Control ticks skipped (woke a whole period late)"
     yield CounterMetricFamily(f"{PREFIX}_control_overruns", skipped, value=status["counters"]["overruns"])
 

@@ -417,6 +417,31 @@ SCOPES: dict[str, Scope] = {
             "tests/control/test_teleop_parts.py",
         ),
     ),
+    # The daemon's configuration: [daemon] defaults and each refusal at its bound, the state directory,
+    # relative paths in a file resolved against it, the data root, installed versions, the exceptions.
+    "daemon-config": Scope(
+        tuple(f"runtime/{m}.py" for m in ("config", "paths", "versions", "errors")),
+        ("tests/test_configs.py", "tests/test_config.py", "tests/test_paths.py", "tests/test_errors.py"),
+    ),
+    # The daemon's health figures: heartbeats and stalls on a clock the test moves, `status`'s report,
+    # the Prometheus collector's families, scheduling classes put back, the journald log format.
+    "daemon-health": Scope(
+        tuple(f"runtime/{m}.py" for m in ("liveness", "status", "metrics", "scheduling", "log")),
+        (
+            "tests/daemon/test_liveness.py::test_heartbeat_reports_how_long_and_what",
+            "tests/daemon/test_liveness_registry.py",
+            "tests/daemon/test_status_report.py",
+            "tests/daemon/test_metrics.py",
+            "tests/test_scheduling.py",
+            "tests/test_log.py",
+        ),
+    ),
+    # The arm as the daemon holds it (health, e-stop, status, waiting for a late arm, closing) on a
+    # stand-in bus and clock, and what a SIGHUP may change (the reload plan, the bundle's identity).
+    "daemon-arm-monitor": Scope(
+        ("runtime/arm_monitor.py", "runtime/reload.py"),
+        ("tests/test_arm_monitor.py", "tests/daemon/test_reload_plan.py"),
+    ),
 }
 
 
