@@ -17,6 +17,7 @@ import datetime as _dt
 import gc
 import io
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -354,19 +355,26 @@ def _run_blob(program: str, props: dict[str, Any], inputs: list[str], index: int
 
 
 def run_isolated(target: Any, *args: Any) -> None:
-    """Run ``target(*args)`` in a fresh process; NativeCrash when a signal killed it, ExportError when
-    it failed otherwise. Native crashes of the program under test end that process, not this one."""
-    import multiprocessing
-    import signal
+    """Run ``target(*args)`` in a fresh Python process; NativeCrash when a signal killed it, ExportError
+    when it failed otherwise. Native crashes of the program under test end that process, not this one.
 
-    process = multiprocessing.get_context("spawn").Process(target=target, args=args)
-    process.start()
-    process.join()
-    code = process.exitcode
-    if code is not None and code < 0:
-        raise NativeCrash(signal.Signals(-code).name)
-    if code != 0:
-        raise ExportError(f"running the INT8 program in a child process failed (exit status {code}); see its output")
+    ``target`` is a module-level function and ``args`` JSON values. A plain interpreter, not
+    multiprocessing's spawn, which would re-run the caller's unguarded script in the child."""
+    import json
+    import signal
+    import subprocess
+
+    code = (
+        "import importlib, json, sys; "
+        "getattr(importlib.import_module(sys.argv[1]), sys.argv[2])(*json.loads(sys.argv[3]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    command = [sys.executable, "-c", code, target.__module__, target.__qualname__, json.dumps(list(args))]
+    status = subprocess.run(command, env=env, check=False).returncode
+    if status < 0:
+        raise NativeCrash(signal.Signals(-status).name)
+    if status != 0:
+        raise ExportError(f"running the INT8 program in a child process failed (exit status {status}); see its output")
 
 
 def int8_outputs(

@@ -94,3 +94,22 @@ def test_the_summary_says_what_the_float_layers_run_at_when_the_default_crashed(
     crashed = {**gate, "crashed": {"bf16": "SIGFPE"}, "float_precision": "f32"}
     assert gate_summary({"gate": crashed}) == plain + "; float layers at f32 (OpenVINO crashed at bf16: SIGFPE)"
     assert gate_summary({}) == ""
+
+
+def test_a_script_without_a_main_guard_can_run_the_gate_child(tmp_path: Path) -> None:
+    """Called from a plain script (no ``if __name__ == "__main__"``), as a user's quantising script is:
+    the child is a fresh interpreter, so the script is not run again in it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "quantise.py"
+    script.write_text(
+        "from runtime.bundle.quantize import run_isolated\n"
+        "from tests.bundle.test_quantize import _write\n"
+        f"run_isolated(_write, {str(tmp_path / 'out')!r})\n"
+        f"open({str(tmp_path / 'runs')!r}, 'a').write('x')\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, str(script)], cwd=root, env={"PYTHONPATH": str(root)}, check=True)
+    assert (tmp_path / "out").read_text() == "ran"
+    assert (tmp_path / "runs").read_text() == "x"  # the script ran once
