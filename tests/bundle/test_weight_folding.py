@@ -167,6 +167,13 @@ def test_the_int8_constants_are_named_after_the_use_that_made_them_one_per_scale
     assert tuple(gm.w_int8_1_scale.shape) == (4, 1)  # per output channel, broadcast over the inputs
     assert not hasattr(gm, "w") and not hasattr(gm, "w_use1") and not hasattr(gm, "s0") and not hasattr(gm, "z1")
 
+    for taken, free in ((("w_int8", "w_int8_2"), "w_int8_1"), (("w_int8", "w_int8_1"), "w_int8_2")):
+        gm = _graph_module([_scale(0.02)])
+        for name in taken:
+            gm.register_buffer(name, torch.zeros(1))
+        fold_weight_quantization(gm)
+        assert _int8_names(gm) == [free]  # the first free one counting up from 1
+
 
 def test_a_weight_of_a_submodule_and_a_per_tensor_pair() -> None:
     """``layer.w`` quantised per tensor (a literal scale): folded to ``layer_w_int8 * 0.02``."""
