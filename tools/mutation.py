@@ -442,6 +442,61 @@ SCOPES: dict[str, Scope] = {
         ("runtime/arm_monitor.py", "runtime/reload.py"),
         ("tests/test_arm_monitor.py", "tests/daemon/test_reload_plan.py"),
     ),
+    # The server's small modules: a task checked and its tokens cached (a word-level tokenizer made in
+    # the test), real-time chunking's prefix fields refused by name and turned into the program's
+    # arrays, the synthetic OpenVINO policy and its numpy reference (a tiny one compiled in the test).
+    # Of test_tasks.py and test_rtc.py only what needs no demo engine nor LeRobot.
+    "server-small": Scope(
+        ("runtime/server/tasks.py", "runtime/server/rtc.py", "runtime/server/synthetic.py"),
+        (
+            "tests/server/test_synthetic.py",
+            *(
+                f"tests/server/test_tasks.py::{t}"
+                for t in (
+                    "test_the_codec_carries_a_task_and_none_when_absent",
+                    "test_a_task_that_is_not_a_string_is_refused_by_field",
+                    "test_a_task_that_is_not_utf8_is_refused_naming_the_field",
+                    "test_task_checks_name_what_was_wrong",
+                    "test_hello_from_a_server_before_tasks_says_no_task",
+                    "test_task_refusals_word_for_word",
+                    "test_an_encoder_needs_a_language_policy",
+                    "test_the_encoder_takes_the_bundles_tokenizer_and_settings",
+                    "test_an_altered_tokenizer_is_refused",
+                    "test_a_repeated_task_is_a_lookup_of_the_same_read_only_arrays",
+                    "test_the_cache_keeps_the_most_recently_used_tasks",
+                )
+            ),
+            *(
+                f"tests/server/test_rtc.py::{t}"
+                for t in (
+                    "test_the_rtc_section_round_trips_through_the_manifest",
+                    "test_a_bad_rtc_section_is_refused_naming_the_field",
+                    "test_a_second_input_with_a_prefix_role_is_refused",
+                    "test_linear_weights_freeze_the_delay_then_decay_to_the_horizon",
+                    "test_the_arrays_pad_the_leftover_and_weight_it_with_the_bundles_settings_or_the_requests",
+                    "test_hello_says_the_policy_takes_a_prefix_with_its_bounds_and_defaults",
+                    "test_a_request_with_a_leftover_gets_its_weights_and_one_without_samples_plainly",
+                    "test_every_bad_prefix_field_is_refused_by_name_and_serving_goes_on",
+                    "test_the_control_loop_path_takes_the_prefix_and_reports_a_bad_one",
+                    "test_the_request_codec_carries_the_prefix_in_a_data_frame_of_its_own",
+                    "test_the_infer_command_sends_a_prefix_file",
+                    "test_a_policy_without_real_time_chunking_names_the_first_field_sent",
+                    "test_prefix_inputs_need_an_rtc_section_and_take_its_settings",
+                    "test_each_field_is_taken_at_both_edges_of_its_bound",
+                    "test_a_delay_without_a_prefix_is_refused",
+                    "test_a_prefix_of_another_type_or_shape_is_refused",
+                    "test_a_prefix_with_values_that_are_not_finite_is_refused_with_their_count",
+                    "test_a_delay_past_the_chunk_is_refused",
+                    "test_a_horizon_outside_the_chunk_is_refused",
+                    "test_an_unknown_schedule_is_refused_and_shown_cut_short",
+                    "test_a_guidance_cap_that_is_not_a_finite_positive_number_is_refused",
+                    "test_the_first_wrong_field_is_the_one_named",
+                    "test_without_a_prefix_the_weights_are_zero_and_the_cap_the_requests_or_the_bundles",
+                    "test_a_prefix_without_a_delay_is_weighted_from_step_zero",
+                )
+            ),
+        ),
+    ),
 }
 
 

@@ -9,6 +9,7 @@ is proved in tests/engine/test_lerobot_smolvla_rtc.py.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from runtime.protocol.codec import decode_reply, decode_request, encode_request
 from runtime.protocol.errors import BadInputError
 from runtime.protocol.messages import InferRequest, PrefixFields
 from runtime.server import PolicyServer, ServerConfig
-from runtime.server.rtc import PrefixInputs
+from runtime.server.rtc import PrefixInputs, prefix_inputs, refuse_on_policy_without
 
 STATE, PREFIX, WEIGHTS, CAP = "observation.state", "rtc.prefix", "rtc.prefix_weights", "rtc.max_guidance_weight"
 JOINTS, CHUNK, STEPS = 6, 8, 5  # the policy predicts 8 steps and serves 5
@@ -398,3 +399,176 @@ def test_the_infer_command_sends_a_prefix_file(
         np.testing.assert_allclose(np.asarray(out["actions"]), want, rtol=1e-6)
     assert main(["infer", "--connect", endpoint, "--delay", "2"]) == 1  # a delay without a prefix: refused
     assert len(echo_engine.runs) == 2
+
+
+# --- the fields' checks, on the prefix inputs alone ----------------------------------------------
+
+
+def test_a_policy_without_real_time_chunking_names_the_first_field_sent() -> None:
+    assert refuse_on_policy_without(PrefixFields()) is None
+    error = refuse_on_policy_without(PrefixFields(delay=2, max_guidance_weight=1.0))
+    assert error is not None and str(error) == (
+        "delay: this policy takes no previous chunk (it was not exported with real-time chunking); send no delay"
+    )
+    assert (error.field, error.expected, error.received) == ("delay", "no delay", "delay sent")
+    error = refuse_on_policy_without(PrefixFields(prefix_attention_schedule="EXP", max_guidance_weight=1.0))
+    assert error is not None and error.field == "prefix_attention_schedule"
+
+
+def test_prefix_inputs_need_an_rtc_section_and_take_its_settings() -> None:
+    plain = rtc_manifest().__class__(**{**rtc_manifest().__dict__, "rtc": None})
+    with pytest.raises(ValueError) as err:
+        PrefixInputs(plain)
+    assert str(err.value) == "PrefixInputs: the manifest has no rtc section"
+    assert prefix_inputs(plain) is None
+    inputs = prefix_inputs(rtc_manifest())
+    assert isinstance(inputs, PrefixInputs)
+    assert (inputs.chunk_size, inputs.joints, inputs.max_delay, inputs.execution_horizon) == (CHUNK, JOINTS, 4, HORIZON)
+    assert (inputs.schedule, inputs.max_guidance_weight) == ("LINEAR", DEFAULT_CAP)
+    assert inputs.defaults == {
+        "execution_horizon": HORIZON,
+        "prefix_attention_schedule": "LINEAR",
+        "max_guidance_weight": DEFAULT_CAP,
+    }
+
+
+def _refused(fields: PrefixFields) -> tuple[str, str | None, str | None, str | None]:
+    error = PrefixInputs(rtc_manifest()).error(fields)
+    assert error is not None
+    return str(error), error.field, error.expected, error.received
+
+
+def test_each_field_is_taken_at_both_edges_of_its_bound() -> None:
+    inputs = PrefixInputs(rtc_manifest())
+    for fields in (
+        PrefixFields(),
+        PrefixFields(leftover(1)),
+        PrefixFields(leftover(CHUNK), 0),
+        PrefixFields(leftover(2), 4),
+        PrefixFields(execution_horizon=1),
+        PrefixFields(execution_horizon=CHUNK),
+        PrefixFields(prefix_attention_schedule="exp"),
+        PrefixFields(prefix_attention_schedule="Zeros"),
+        PrefixFields(max_guidance_weight=1e-6),
+    ):
+        assert inputs.error(fields) is None, fields
+
+
+def test_a_delay_without_a_prefix_is_refused() -> None:
+    assert _refused(PrefixFields(delay=0)) == (
+        "delay: a delay says how much of a prefix the robot executes meanwhile; send it with the prefix",
+        "delay",
+        "a prefix with it",
+        "delay without a prefix",
+    )
+
+
+@pytest.mark.parametrize(
+    ("prefix", "got"),
+    [
+        (np.zeros((3, JOINTS), np.float64), "float64[3, 6]"),
+        (np.zeros(JOINTS, np.float32), "float32[6]"),
+        (np.zeros((1, 3, JOINTS), np.float32), "float32[1, 3, 6]"),
+        (np.zeros((3, JOINTS + 1), np.float32), "float32[3, 7]"),
+        (np.zeros((3, JOINTS - 1), np.float32), "float32[3, 5]"),
+        (np.zeros((0, JOINTS), np.float32), "float32[0, 6]"),
+        (np.zeros((CHUNK + 1, JOINTS), np.float32), "float32[9, 6]"),
+    ],
+)
+def test_a_prefix_of_another_type_or_shape_is_refused(prefix: np.ndarray, got: str) -> None:
+    assert _refused(PrefixFields(prefix, 1)) == (
+        "prefix: expected float32[1..8, 6] (the leftover actions, at most the policy's 8 steps, one value per "
+        f"joint in the action's order), got {got}",
+        "prefix",
+        "float32[1..8, 6]",
+        got,
+    )
+
+
+def test_a_prefix_with_values_that_are_not_finite_is_refused_with_their_count() -> None:
+    prefix = leftover(3)
+    prefix[0, 0], prefix[1, 2], prefix[2, 5] = np.nan, np.inf, -np.inf
+    assert _refused(PrefixFields(prefix, 1)) == (
+        "prefix: 3 value(s) are NaN or infinite",
+        "prefix",
+        "finite values",
+        "3 non-finite value(s)",
+    )
+
+
+@pytest.mark.parametrize("delay", [-1, 5])
+def test_a_delay_past_the_chunk_is_refused(delay: int) -> None:
+    assert _refused(PrefixFields(leftover(2), delay)) == (
+        f"delay: expected 0..4 steps (a chunk that arrives after all of its 5 steps has none left to execute), "
+        f"got {delay}",
+        "delay",
+        "0..4",
+        str(delay),
+    )
+
+
+@pytest.mark.parametrize("horizon", [0, CHUNK + 1])
+def test_a_horizon_outside_the_chunk_is_refused(horizon: int) -> None:
+    assert _refused(PrefixFields(execution_horizon=horizon)) == (
+        f"execution_horizon: expected 1..8 steps, got {horizon}",
+        "execution_horizon",
+        "1..8",
+        str(horizon),
+    )
+
+
+def test_an_unknown_schedule_is_refused_and_shown_cut_short() -> None:
+    assert _refused(PrefixFields(prefix_attention_schedule="cosine")) == (
+        "prefix_attention_schedule: expected one of ZEROS, ONES, LINEAR, EXP, got 'cosine'",
+        "prefix_attention_schedule",
+        "ZEROS | ONES | LINEAR | EXP",
+        "cosine",
+    )
+    long = "x" * 64 + "yz"
+    assert _refused(PrefixFields(prefix_attention_schedule=long))[3] == "x" * 64
+
+
+@pytest.mark.parametrize("cap", [0.0, -1.0, math.inf, math.nan])
+def test_a_guidance_cap_that_is_not_a_finite_positive_number_is_refused(cap: float) -> None:
+    assert _refused(PrefixFields(max_guidance_weight=cap)) == (
+        f"max_guidance_weight: expected a finite number > 0, got {cap}",
+        "max_guidance_weight",
+        "> 0",
+        str(cap),
+    )
+
+
+def test_the_first_wrong_field_is_the_one_named() -> None:
+    bad_all = PrefixFields(leftover(2).astype(np.float64), 9, 0, "cosine", 0.0)
+    assert _refused(bad_all)[1] == "prefix"
+    assert _refused(PrefixFields(leftover(2), 9, 0, "cosine", 0.0))[1] == "delay"
+    assert _refused(PrefixFields(leftover(2), 1, 0, "cosine", 0.0))[1] == "execution_horizon"
+    assert _refused(PrefixFields(leftover(2), 1, 1, "cosine", 0.0))[1] == "prefix_attention_schedule"
+    assert _refused(PrefixFields(leftover(2), 1, 1, "EXP", 0.0))[1] == "max_guidance_weight"
+
+
+# --- the arrays ----------------------------------------------------------------------------------
+
+
+def test_without_a_prefix_the_weights_are_zero_and_the_cap_the_requests_or_the_bundles() -> None:
+    inputs = PrefixInputs(rtc_manifest())
+    prefix, weights, cap = inputs.arrays(PrefixFields())
+    assert (prefix.shape, prefix.dtype) == ((CHUNK, JOINTS), np.float32)
+    assert (weights.shape, weights.dtype) == ((CHUNK,), np.float32)
+    assert not prefix.any() and not weights.any()
+    assert (cap.dtype, cap.tolist()) == (np.float32, [DEFAULT_CAP])
+    assert not any(a.flags.writeable for a in (prefix, weights, cap))
+    prefix2, weights2, cap2 = inputs.arrays(PrefixFields(max_guidance_weight=2.5))
+    assert prefix2 is prefix and weights2 is weights
+    assert (cap2.dtype, cap2.shape, cap2.tolist()) == (np.float32, (1,), [2.5])
+
+
+def test_a_prefix_without_a_delay_is_weighted_from_step_zero() -> None:
+    inputs = PrefixInputs(rtc_manifest())
+    padded, weights, cap = inputs.arrays(PrefixFields(leftover(CHUNK)))
+    # LINEAR over the bundle's horizon of 6 from a delay of 0, as LeRobot ramps it: (6 - i) / 7
+    np.testing.assert_allclose(weights, [6 / 7, 5 / 7, 4 / 7, 3 / 7, 2 / 7, 1 / 7, 0, 0], atol=1e-7)
+    np.testing.assert_array_equal(padded, leftover(CHUNK))
+    assert cap.tolist() == [DEFAULT_CAP] and cap.dtype == np.float32
+    _, weights, _ = inputs.arrays(PrefixFields(leftover(CHUNK), 2, 4, "ones"))
+    assert weights.tolist() == [1.0] * 4 + [0.0] * 4
