@@ -442,6 +442,12 @@ SCOPES: dict[str, Scope] = {
         ("runtime/arm_monitor.py", "runtime/reload.py"),
         ("tests/test_arm_monitor.py", "tests/daemon/test_reload_plan.py"),
     ),
+    # The parquet tables in LeRobot's types (schemas, metadata, the tasks' pandas index, atomic writes)
+    # and the encoder chosen for "auto" on stand-in probes: the budget, the order, every reason logged.
+    "recording-tables": Scope(
+        ("runtime/recording/tables.py", "runtime/recording/codec_choice.py"),
+        ("tests/recording/test_tables.py", "tests/recording/test_codec_choice.py"),
+    ),
 }
 
 
