@@ -448,6 +448,9 @@ SCOPES: dict[str, Scope] = {
         ("runtime/recording/tables.py", "runtime/recording/codec_choice.py"),
         ("tests/recording/test_tables.py", "tests/recording/test_codec_choice.py"),
     ),
+    # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
+    # an episode's rows in a shared data file, columns in their features' types, observations.
+    "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
 }
 
 
