@@ -229,3 +229,9 @@ def test_a_stride_below_one_is_refused(dataset: Path) -> None:
     with pytest.raises(ValueError) as e:
         next(reader.observations(stride=0))
     assert str(e.value) == "stride: expected >= 1, got 0"
+
+
+def test_max_frames_reached_at_an_episodes_end_decodes_no_further_episode(dataset: Path, decoder: Decoder) -> None:
+    assert len(list(DatasetReader(dataset).observations(max_frames=3))) == 3
+    assert [Path(c[0]).parent.parent.name for c in decoder.calls] == [FRONT, DEPTH]  # episode 0's videos only
+    assert [c[1] for c in decoder.calls] == [0.0, 2.0]
