@@ -195,7 +195,8 @@ def test_a_probe_encodes_every_frame_in_order_flushes_and_closes(monkeypatch: py
     probe = measure(video, 6, 8, 25, frames=4)
     assert probe == Probe("libx264", True, pytest.approx(1000 * 0.3 / 4), "")
     (container,) = av.containers
-    assert container.path.endswith("/probe.mp4") and "codec-probe-" in container.path
+    assert Path(container.path).name == "probe.mp4"
+    assert Path(container.path).parent.name.startswith("codec-probe-")
     assert not Path(container.path).parent.exists()  # the scratch folder is gone
     stream = container.stream
     assert stream is not None
@@ -255,7 +256,11 @@ def test_probe_frames_are_a_moving_gradient_with_a_little_noise() -> None:
             inside = (gradient >= 4) & (gradient <= 251)  # away from the clipped ends
             assert np.abs(noise[inside]).max() == 4  # noise of -4..4, its ends drawn
             assert np.abs(noise[inside]).min() == 0
+            assert frame[..., c][gradient < 4].max() <= 7  # clipped at 0, not wrapped to 252..255
+            assert frame[..., c][gradient > 251].min() >= 248  # clipped at 255, not wrapped to 0..3
     assert frames[0][0, 0, 0] <= 4 and frames[0][0, 255, 0] >= 251  # clipped at 0 and 255, not wrapped
+    for frame in frames:
+        assert frame.min() == 0 and frame.max() == 255  # the noise reaches both ends
     again = probe_frames(3, 5, 300)
     assert all(np.array_equal(a, b) for a, b in zip(frames, again, strict=True))  # seeded
 

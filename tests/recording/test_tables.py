@@ -336,7 +336,7 @@ def test_a_failed_write_leaves_the_old_file(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_json_is_written_indented_in_utf8_over_the_old_file(tmp_path: Path) -> None:
-    path = tmp_path / "meta" / "info.json"
+    path = tmp_path / "new" / "meta" / "info.json"  # folders made, more than one deep
     tables.write_json({"old": 1}, path)
     tables.write_json({"task": "é", "n": [1]}, path)
     assert path.read_bytes() == '{\n    "task": "é",\n    "n": [\n        1\n    ]\n}'.encode()
