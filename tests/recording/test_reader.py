@@ -235,3 +235,13 @@ def test_max_frames_reached_at_an_episodes_end_decodes_no_further_episode(datase
     assert len(list(DatasetReader(dataset).observations(max_frames=3))) == 3
     assert [Path(c[0]).parent.parent.name for c in decoder.calls] == [FRONT, DEPTH]  # episode 0's videos only
     assert [c[1] for c in decoder.calls] == [0.0, 2.0]
+
+
+def test_a_column_that_is_not_a_feature_is_read_as_it_is(dataset: Path) -> None:
+    path = dataset / "data" / "chunk-000" / "file-001.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("extra", pa.array([7, 8, 9, 10], pa.int64())), path)
+    episode = DatasetReader(dataset).episode(2, images=False)
+    assert episode.columns["extra"].tolist() == [7, 8, 9, 10]
+    assert episode.columns["extra"].dtype == np.int64
+    np.testing.assert_array_equal(episode.columns["index"], [5, 6, 7, 8])
