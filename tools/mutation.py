@@ -497,6 +497,15 @@ SCOPES: dict[str, Scope] = {
             ),
         ),
     ),
+    # The parquet tables in LeRobot's types (schemas, metadata, the tasks' pandas index, atomic writes)
+    # and the encoder chosen for "auto" on stand-in probes: the budget, the order, every reason logged.
+    "recording-tables": Scope(
+        ("runtime/recording/tables.py", "runtime/recording/codec_choice.py"),
+        ("tests/recording/test_tables.py", "tests/recording/test_codec_choice.py"),
+    ),
+    # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
+    # an episode's rows in a shared data file, columns in their features' types, observations.
+    "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
 }
 
 

@@ -120,6 +120,8 @@ class DatasetReader:
             raise ValueError(f"stride: expected >= 1, got {stride}")
         given = 0
         for index in range(self.num_episodes):
+            if max_frames is not None and given >= max_frames:
+                return  # before decoding an episode none of whose frames would be given
             episode = self.episode(index)
             for i in range(0, episode.length, stride):
                 if max_frames is not None and given >= max_frames:
