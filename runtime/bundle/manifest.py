@@ -173,6 +173,12 @@ class TestCaseEntry:
         return out
 
 
+def describe_crashes(crashed: Mapping[str, str]) -> str:
+    """``{"bf16": "SIGFPE"}`` as ``bf16: SIGFPE``: each precision the INT8 gate tried and the signal that
+    ended it."""
+    return ", ".join(f"{precision}: {signal}" for precision, signal in crashed.items())
+
+
 @dataclass(frozen=True)
 class Manifest:
     policy_name: str
@@ -204,6 +210,11 @@ class Manifest:
     # For a policy that takes the previous chunk's leftover (SmolVLA with RTC).
     rtc: RtcEntry | None = None
     format_version: int = FORMAT_VERSION
+
+    @property
+    def int8_crashes(self) -> str:
+        """What crashed OpenVINO when the INT8 gate ran the program, as ``bf16: SIGFPE, ...``; "" if nothing."""
+        return describe_crashes(dict(self.quantization.get("gate") or {}).get("crashed") or {})
 
     @property
     def int8_float_precision(self) -> str | None:

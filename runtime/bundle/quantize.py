@@ -29,7 +29,7 @@ from typing import Any, Final
 import numpy as np
 
 from runtime.bundle.bundle import Bundle, sha256_bytes
-from runtime.bundle.manifest import HISTORY_ROLES, FileEntry, Manifest, TestCaseEntry
+from runtime.bundle.manifest import HISTORY_ROLES, FileEntry, Manifest, TestCaseEntry, describe_crashes
 from runtime.bundle.shared_weights import reshare_weights, unshare_weights
 from runtime.bundle.weight_folding import fold_weight_quantization
 from runtime.engine.validate import validate_inputs
@@ -419,7 +419,7 @@ def first_that_runs(run: Any, default: str) -> tuple[list[np.ndarray], str, str 
             log.warning("the INT8 program crashed OpenVINO (%s) with its float layers at %s", e.signal_name, tried)
             continue
         return got, arithmetic, asked, crashed
-    tried = ", ".join(f"{p}: {sig}" for p, sig in crashed.items())
+    tried = describe_crashes(crashed)
     raise ExportError(
         f"INT8 refused: the INT8 program crashes OpenVINO {ov.get_version()} on this CPU with its float layers "
         f"at every precision tried ({tried}); keep the float bundle"
@@ -454,12 +454,13 @@ def accuracy_gate(
     inputs = [s.name for s in m.inputs]
 
     method = parse_program(src.read_program("CPU"), m.programs["CPU"].file)["forward"]
-    compiled, _ = import_blob(ov.Core(), bytes(method.delegates[0].payload), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    core = ov.Core()
+    compiled, _ = import_blob(core, bytes(method.delegates[0].payload), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     request = compiled.create_infer_request()
     reference = [np.array(request.infer([o[n] for n in inputs])[index], copy=True) for o in held]
     del request, compiled
 
-    default = ov_precision_name(str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")))
+    default = ov_precision_name(str(core.get_property("CPU", "INFERENCE_PRECISION_HINT")))
     with tempfile.TemporaryDirectory(prefix="lerobot-runtime-gate-") as work:
         got, arithmetic, asked, crashed = first_that_runs(
             lambda props: int8_outputs(stage / file, held, inputs, index, props, Path(work)), default
@@ -498,6 +499,6 @@ def gate_summary(quantization: Mapping[str, Any]) -> str:
         f"(bound {g.get('bound', float('nan')):.3g})"
     )
     if g.get("crashed"):
-        crashed = ", ".join(f"{p}: {sig}" for p, sig in g["crashed"].items())
+        crashed = describe_crashes(g["crashed"])
         summary += f"; float layers at {g.get('float_precision')} (OpenVINO crashed at {crashed})"
     return summary

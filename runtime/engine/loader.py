@@ -128,12 +128,11 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
 
         import_runtime()  # a missing ExecuTorch install is said first, before anything about its arithmetic
         if forced:
-            gate = dict(manifest.quantization.get("gate") or {})
-            crashed = ", ".join(f"{p}: {sig}" for p, sig in dict(gate.get("crashed") or {}).items()) or "?"
             raise BundleError(
                 f"{path}: this INT8 program's float layers are proven at {forced} only (OpenVINO crashed running "
-                f"them at {crashed} when it was quantised); the executorch engine runs them at the CPU's default "
-                f'and cannot be told otherwise. Use the openvino engine ([engine] engine = "openvino")'
+                f"them at {manifest.int8_crashes or '?'} when it was quantised); the executorch engine runs them "
+                "at the CPU's default and cannot be told otherwise. "
+                'Use the openvino engine ([engine] engine = "openvino")'
             )
         read_back = ExecuTorchEngine.read_back(method, device)
         if lower_arithmetic(entry.precision, read_back[0]) and not config.accept_lower_arithmetic:

@@ -821,4 +821,6 @@ def test_an_int8_bundle_says_its_float_layers_precision_only_when_its_gate_fell_
     assert small_manifest(quantization={"gate": gate}).int8_float_precision is None
     fell_back = {**gate, "float_arithmetic": "f32", "crashed": {"bf16": "SIGFPE"}, "float_precision": "f32"}
     assert small_manifest(quantization={"gate": fell_back}).int8_float_precision == "f32"
+    assert small_manifest(quantization={"gate": fell_back}).int8_crashes == "bf16: SIGFPE"
+    assert small_manifest(quantization={"gate": gate}).int8_crashes == ""
     assert small_manifest(quantization={"gate": None}).int8_float_precision is None

@@ -49,7 +49,7 @@ class World:
             "GPU": SimpleNamespace(file="programs/gpu.pte", precision="f16", openvino_version=OV),
         }
         self.manifest = SimpleNamespace(
-            programs=self.entries, policy_name="tiny", int8_float_precision=None, quantization={}
+            programs=self.entries, policy_name="tiny", int8_float_precision=None, int8_crashes="", quantization={}
         )
         self.case = TestCase({STATE: np.array([1.0, 2.0], np.float32)}, {ACTION: REF.copy()}, {"f32": 1e-4})
         self.present = ["CPU"]
@@ -351,6 +351,7 @@ def test_an_int8_program_proven_only_with_f32_float_layers_is_refused_by_executo
     world.entries["CPU"].precision = "int8"
     world.manifest.int8_float_precision = "f32"
     world.manifest.quantization = {"gate": {"crashed": {"bf16": "SIGFPE"}, "float_precision": "f32"}}
+    world.manifest.int8_crashes = "bf16: SIGFPE"
     with pytest.raises(BundleError) as info:
         load_engine(config(world, engine="executorch"))
     assert str(info.value) == (
