@@ -153,6 +153,11 @@ def test_packets_in_one_chunk_are_each_answered(feetech: Host) -> None:
     assert feetech.sim.received == Counter({0x01: 2, "garbled": 1})
 
 
+def test_a_packet_after_a_stray_ff_is_answered_at_once(feetech: Host) -> None:
+    assert feetech.send("FF FF FF 02 02 01 FA") == h("FF FF 02 02 00 FB")
+    assert feetech.sim.received == Counter({0x01: 1})
+
+
 def test_a_packet_cut_short_waits_for_the_rest(feetech: Host) -> None:
     buf = bytearray(h("FF FF 02 02 01"))
     feetech.sim._drain(buf)

@@ -87,10 +87,14 @@ def test_feetech_waits_for_the_rest_of_a_cut_packet() -> None:
 
 def test_feetech_a_third_ff_moves_the_header_one_byte_on() -> None:
     wire = FeetechWire()
-    b = buf("FF FF FF 01 02 01 FB")
-    assert wire.take(b) is None
-    assert b == h("FF FF 01 02 01 FB")
+    b = buf("FF FF FF 01 02 01 FB  FF FF 02 02 01 FA")
+    assert wire.take(b) == Request(1, 0x01, b"")  # at once, not when more bytes come
+    assert b == h("FF FF 02 02 01 FA")
+    b = buf("FF FF FF FF FF 01 02 01 FB")
     assert wire.take(b) == Request(1, 0x01, b"")
+    b = buf("FF FF FF FF")
+    assert wire.take(b) is None
+    assert b == h("FF FF FF")  # still one byte short of a header, ID and length
 
 
 def test_feetech_a_length_below_two_is_garbled_and_only_the_header_is_dropped() -> None:
