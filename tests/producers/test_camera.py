@@ -279,11 +279,16 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return c
 
 
-@pytest.mark.parametrize("fps", [0.0, -1.0, float("nan")])
-def test_a_rate_that_is_not_positive_is_refused(tmp_path: Path, fps: float) -> None:
+@pytest.mark.parametrize("fps", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_rate_that_is_not_a_finite_positive_number_is_refused(tmp_path: Path, fps: float) -> None:
     with pytest.raises(ConfigError) as e:
         CameraPublisher(Source(), NAME, "ipc://cam.sock", fps, runtime_directory=tmp_path)
-    assert str(e.value) == f"camera --fps: expected > 0, got {fps}"
+    assert str(e.value) == f"camera --fps: expected a finite number > 0, got {fps}"
+
+
+def test_a_slow_and_a_fast_rate_are_taken(tmp_path: Path) -> None:
+    for fps in (0.5, 1e6):
+        CameraPublisher(Source(), NAME, "ipc://cam.sock", fps, runtime_directory=tmp_path).close()
 
 
 def test_the_publisher_binds_its_endpoint_under_the_runtime_directory(tmp_path: Path) -> None:
