@@ -148,9 +148,9 @@ def test_a_packet_with_a_wrong_checksum_is_counted_garbled_and_not_answered(feet
 
 
 def test_packets_in_one_chunk_are_each_answered(feetech: Host) -> None:
-    noise_ping_garbled_ping = "00 FF FF 01 02 01 FB  FF FF 02 02 01 FB  FF FF 03 02 01 F9"
-    assert feetech.send(noise_ping_garbled_ping) == h("FF FF 01 02 00 FC  FF FF 03 02 00 FA")
-    assert feetech.sim.received == Counter({0x01: 2, "garbled": 1})
+    noise_ping_garbled_ping_garbled = "00 FF FF 01 02 01 FB  FF FF 02 02 01 FB  FF FF 03 02 01 F9  FF FF 03 01 01"
+    assert feetech.send(noise_ping_garbled_ping_garbled) == h("FF FF 01 02 00 FC  FF FF 03 02 00 FA")
+    assert feetech.sim.received == Counter({0x01: 2, "garbled": 2})
 
 
 def test_a_packet_after_a_stray_ff_is_answered_at_once(feetech: Host) -> None:
@@ -237,11 +237,20 @@ def test_an_ignored_sync_write_misses_only_that_servo(feetech: Host) -> None:
     assert [s.goal for s in feetech.sim.servos.values()] == [2048, 1500, 3072]
 
 
+def test_an_ignored_broadcast_write_misses_only_that_servo(feetech: Host) -> None:
+    feetech.sim.faults(2).ignore_writes = 1
+    assert feetech.send("FF FF FE 04 03 28 01 D1") == b""  # Torque_Enable = 1
+    assert [s.torque for s in feetech.sim.servos.values()] == [True, False, True]
+    assert feetech.sim.faults(2).ignore_writes == 0
+
+
 def test_a_late_reply_collides_with_a_packet_the_host_sends_first(feetech: Host) -> None:
     feetech.sim.faults(2).delay_s = 5.0
     os.write(feetech.fd, h("FF"))  # the host already talks: the simulator's end has a byte to read
     assert feetech.send(PING_2) == b""
     assert feetech.sim.received["collisions"] == 1
+    assert feetech.send(PING_2) == b""  # the host's byte is still unread: it collides again
+    assert feetech.sim.received["collisions"] == 2
 
 
 def test_a_late_reply_waits_its_delay_on_the_bus_then_goes(feetech: Host, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -308,7 +317,7 @@ def test_the_chain_is_built_as_asked(clock: Clock) -> None:
         assert (sim.dialect.name, sim.wire.name) == ("dynamixel", "dynamixel")
         assert sim.servo(4) is sim.servos[4] and sim.faults(2) is sim.servos[2].faults
         assert sim.received == Counter()
-        assert not sim.plugged
+        assert sim.plugged is False
         port = Path(sim.port)
         assert port.name == "ttydynamixel" and port.parent.name.startswith("lerobot-sim-")
         assert port.parent.is_dir()

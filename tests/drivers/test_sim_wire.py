@@ -104,6 +104,9 @@ def test_feetech_a_length_below_two_is_garbled_and_only_the_header_is_dropped() 
         assert wire.take(b) == GARBLED, length
         assert b == h(f"01 {length} FF FF 02 02 01 FA"), length
         assert wire.take(b) == Request(2, 0x01, b""), length
+    b = buf("FF FF 01 01")  # header, ID and length alone are enough to tell
+    assert wire.take(b) == GARBLED
+    assert b == h("01 01")
 
 
 def test_feetech_a_wrong_checksum_is_garbled_and_the_packet_dropped() -> None:
@@ -217,6 +220,9 @@ def test_dxl_a_length_below_three_is_garbled_and_only_the_header_is_dropped() ->
         b = buf(f"FF FF FD 00 01 {length} 01")
         assert wire.take(b) == GARBLED, length
         assert b == h(f"01 {length} 01"), length
+    b = buf("FF FF FD 00 01 02 00")  # header, ID and length alone are enough to tell
+    assert wire.take(b) == GARBLED
+    assert b == h("01 02 00")
 
 
 def test_dxl_the_length_is_little_endian() -> None:
@@ -225,6 +231,13 @@ def test_dxl_the_length_is_little_endian() -> None:
     b = buf("FF FF FD 00 01 03 01 01 19 4E")
     assert DynamixelWire().take(b) is None
     assert b == h("FF FF FD 00 01 03 01 01 19 4E")
+
+
+def test_dxl_a_packet_longer_than_255_bytes_is_taken_whole() -> None:
+    # write 254 zero bytes at 256 on id 1: length 1 + 256 + 2 = 259 = 0x0103 (dynamixel_sdk: CRC 0xB4BE)
+    b = bytearray(h("FF FF FD 00 01 03 01 03 00 01") + bytes(254) + h("BE B4"))
+    assert DynamixelWire().take(b) == Request(1, 0x03, h("00 01") + bytes(254))
+    assert b == b""
 
 
 def test_dxl_a_wrong_crc_is_garbled_and_the_packet_dropped() -> None:
