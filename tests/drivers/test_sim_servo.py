@@ -259,3 +259,14 @@ def test_dynamixel_error_bits_set_the_alert_and_hardware_error_status() -> None:
 
 def test_dynamixel_ping_reply_is_model_number_and_firmware() -> None:
     assert SimServo(1, DYNAMIXEL, clock=Clock()).ping_params() == h("B0 04 2E")
+
+
+def test_the_logs_keep_the_newest_2048_writes() -> None:
+    clock = Clock()
+    servo = feetech(clock)
+    for i in range(2050):
+        clock.t = 100.0 + i
+        servo.write(40, bytes([i % 2, 0, i % 256, i // 256]))  # Torque_Enable and Goal_Position together
+    assert len(servo.goal_log) == len(servo.torque_log) == 2048
+    assert servo.goal_log[0] == (102.0, 2) and servo.goal_log[-1] == (2149.0, 2049)
+    assert servo.torque_log[0] == (102.0, 0) and servo.torque_log[-1] == (2149.0, 1)
