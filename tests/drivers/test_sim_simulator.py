@@ -460,3 +460,29 @@ def test_a_thread_that_does_not_answer_is_an_error_not_a_hang(monkeypatch: pytes
         sim._thread = None
         with contextlib.suppress(OSError):
             sim.stop()
+
+
+def test_a_quiet_bus_leaves_the_thread_ready_for_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    timed_out = threading.Event()
+
+    class Select:
+        """The serving thread's first wait times out (nothing on the bus); then waits as usual."""
+
+        @staticmethod
+        def select(r: list[int], w: list[int], x: list[int], timeout: float | None = None) -> Any:
+            if not timed_out.is_set():
+                timed_out.set()
+                return [], [], []
+            return select.select(r, w, x, timeout)
+
+    monkeypatch.setattr(simulator, "select", Select)
+    with ServoSimulator("feetech", (1,)) as sim:
+        assert timed_out.wait(5.0)
+        sim.unplug()  # answered: the thread went back to waiting, it did not read the silent port
+        assert not sim.plugged
+        sim.replug()
+        fd = os.open(sim.port, os.O_RDWR | os.O_NOCTTY)
+        try:
+            assert _exchange(fd, h("FF FF 01 02 01 FB"), 6) == h("FF FF 01 02 00 FC")
+        finally:
+            os.close(fd)
