@@ -379,7 +379,7 @@ def test_started_the_chain_answers_on_its_port_and_stopping_removes_it() -> None
     finally:
         sim.stop()
     assert not thread.is_alive() and sim._thread is None
-    assert not sim.plugged and not os.path.lexists(port) and not port.parent.exists()
+    assert sim.plugged is False and not os.path.lexists(port) and not port.parent.exists()
     assert (sim._wake_r, sim._wake_w, sim._master, sim._slave) == (-1, -1, -1, -1)
     sim.stop()  # twice: nothing left to do
 
@@ -401,7 +401,7 @@ def test_unplug_removes_the_port_and_replug_brings_a_fresh_one() -> None:
         _wait_for(lambda: sim.received["garbled"] == 1)
         sim.unplug()
         os.close(fd)
-        assert not sim.plugged and not os.path.lexists(sim.port)
+        assert sim.plugged is False and not os.path.lexists(sim.port)
         sim.unplug()  # twice: already out
         sim.replug()
         assert sim.plugged and os.path.lexists(sim.port)
@@ -421,7 +421,7 @@ def test_unplug_before_start_is_done_at_once() -> None:
         sim.replug()
         assert sim.plugged and os.path.lexists(sim.port)
         sim.unplug()
-        assert not sim.plugged and not os.path.lexists(sim.port)
+        assert sim.plugged is False and not os.path.lexists(sim.port)
     finally:
         sim.stop()
 
@@ -479,7 +479,7 @@ def test_a_quiet_bus_leaves_the_thread_ready_for_a_call(monkeypatch: pytest.Monk
     with ServoSimulator("feetech", (1,)) as sim:
         assert timed_out.wait(5.0)
         sim.unplug()  # answered: the thread went back to waiting, it did not read the silent port
-        assert not sim.plugged
+        assert sim.plugged is False
         sim.replug()
         fd = os.open(sim.port, os.O_RDWR | os.O_NOCTTY)
         try:
