@@ -112,6 +112,16 @@ def test_a_slow_move_is_still_moving() -> None:
     assert servo.velocity == 0.5
 
 
+def test_a_slow_servo_moving_up_reads_positive_load() -> None:
+    clock = Clock()
+    servo = feetech(clock, speed_steps_s=1.0)
+    servo.write(40, h("01"))
+    servo.write(42, h("E9 03"))  # Goal_Position 1001
+    clock.t += 2.0  # 1 step in 2 s: 0.5 steps/s, half the speed limit
+    # load round(0.5 / 1 * 300) = 150, positive: no direction bit; velocity round(0.5) = 0
+    assert servo.read(56, 6) == h("E9 03 00 00 96 00")
+
+
 def test_dynamixel_velocity_in_its_units_and_load_as_current() -> None:
     clock = Clock()
     servo = SimServo(1, DYNAMIXEL, position=1000, clock=clock)
