@@ -506,6 +506,26 @@ SCOPES: dict[str, Scope] = {
     # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
     # an episode's rows in a shared data file, columns in their features' types, observations.
     "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
+    # The simulators' servo-side framing, written apart from the drivers' codecs: packets built and
+    # checksummed by hand, every way a packet is cut, garbled or resynchronised (the vendors' SDKs in
+    # tests/drivers/test_sim_vendor_sdk.py run in the suite only: seconds per mutant).
+    "sim-wire": Scope(
+        ("drivers/sim/wire.py", "drivers/sim/dialect.py", "drivers/sim/memory.py"),
+        ("tests/drivers/test_sim_wire.py",),
+    ),
+    # A simulated servo on a clock the test moves, the chain's packet handler called directly with
+    # its replies read off the pty, faults, unplug and replug, the sim arm.
+    "sim-servo": Scope(
+        ("drivers/sim/servo.py", "drivers/sim/simulator.py", "drivers/sim/arm.py"),
+        (
+            "tests/drivers/test_sim_servo.py",
+            "tests/drivers/test_sim_simulator.py",
+            "tests/drivers/test_sim_arm.py",
+        ),
+    ),
+    # The camera producer: the synthetic pattern worked by hand, a PUB socket's parts, the pace on a
+    # clock the test moves, the fps and bind refusals; OpenCV stood in for.
+    "producers-camera": Scope(("runtime/producers/camera.py",), ("tests/producers/test_camera.py",)),
 }
 
 

@@ -68,18 +68,19 @@ class FeetechWire:
         return (~total) & 0xFF
 
     def take(self, buf: bytearray) -> Request | str | None:
-        start = buf.find(b"\xff\xff")
-        if start < 0:
-            # a lone trailing 0xFF may be the first half of the next header
-            del buf[: len(buf) - 1 if buf[-1:] == b"\xff" else len(buf)]
-            return None
-        del buf[:start]
-        if len(buf) < 4:
-            return None
-        servo_id, length = buf[2], buf[3]
-        if servo_id == 0xFF:
+        while True:
+            start = buf.find(b"\xff\xff")
+            if start < 0:
+                # a lone trailing 0xFF may be the first half of the next header
+                del buf[: len(buf) - 1 if buf[-1:] == b"\xff" else len(buf)]
+                return None
+            del buf[:start]
+            if len(buf) < 4:
+                return None
+            if buf[2] != 0xFF:
+                break
             del buf[:1]  # 0xFF 0xFF 0xFF: the header may start one byte later
-            return None
+        servo_id, length = buf[2], buf[3]
         if length < 2:
             del buf[:2]
             return GARBLED

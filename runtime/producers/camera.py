@@ -9,6 +9,7 @@ extra), or a synthetic moving pattern for the demo and tests.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from pathlib import Path
@@ -105,8 +106,8 @@ class CameraPublisher:
     def __init__(
         self, source: FrameSource, name: str, endpoint: str, fps: float, runtime_directory: Path | None = None
     ) -> None:
-        if not fps > 0:
-            raise ConfigError(f"camera --fps: expected > 0, got {fps}")
+        if not 0 < fps < math.inf:  # an infinite rate is a period of 0: the pace would divide by it
+            raise ConfigError(f"camera --fps: expected a finite number > 0, got {fps}")
         self.source = source
         self.name = name
         self.endpoint = resolve_endpoint(endpoint, runtime_directory)
