@@ -506,6 +506,10 @@ SCOPES: dict[str, Scope] = {
     # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
     # an episode's rows in a shared data file, columns in their features' types, observations.
     "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
+    # The direct OpenVINO engine on a tiny program compiled in the test (its export_model blob as the
+    # delegate's payload; no export, no torch): the refusals, the properties OpenVINO applied read back
+    # from the compiled model, a blob that does not import, the signature, a failed or unwritten run.
+    "engine-openvino": Scope(("runtime/engine/openvino_engine.py",), ("tests/engine/test_openvino_engine.py",)),
 }
 
 
