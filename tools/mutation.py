@@ -510,6 +510,27 @@ SCOPES: dict[str, Scope] = {
     # delegate's payload; no export, no torch): the refusals, the properties OpenVINO applied read back
     # from the compiled model, a blob that does not import, the signature, a failed or unwritten run.
     "engine-openvino": Scope(("runtime/engine/openvino_engine.py",), ("tests/engine/test_openvino_engine.py",)),
+    # The ExecuTorch engine on two tiny programs the real exporter made, cached on disk on first use
+    # (tests/engine/exported.py): loading and its refusals, what the backend runs at asked of OpenVINO,
+    # every input dtype against the program, what is said at load, failed and unwritten runs (a stand-in
+    # native method).
+    "engine-executorch": Scope(("runtime/engine/executorch_engine.py",), ("tests/engine/test_executorch_engine.py",)),
+    # GroupNorm as per-group statistics, in process: the numbers against nn.GroupNorm and worked by hand,
+    # bf16 activations, every layer replaced. The file's lowering tests run subprocesses and read docs/repro,
+    # which mutmut's mutants/ folder does not hold: they run in the suite only.
+    "bundle-group-norm": Scope(
+        ("runtime/bundle/group_norm.py",),
+        tuple(
+            f"tests/engine/test_group_norm.py::{t}"
+            for t in (
+                "test_same_numbers_as_group_norm",
+                "test_low_precision_activations_keep_float32_statistics",
+                "test_every_group_norm_is_replaced_and_keeps_its_parameters",
+                "test_each_group_is_normalised_by_its_own_mean_and_variance_plus_eps",
+                "test_the_rewrite_is_logged_with_its_count",
+            )
+        ),
+    ),
 }
 
 
