@@ -527,6 +527,7 @@ SCOPES: dict[str, Scope] = {
                 "test_low_precision_activations_keep_float32_statistics",
                 "test_every_group_norm_is_replaced_and_keeps_its_parameters",
                 "test_each_group_is_normalised_by_its_own_mean_and_variance_plus_eps",
+                "test_a_weight_or_a_bias_alone_is_applied_as_group_norm_applies_it",
                 "test_the_rewrite_is_logged_with_its_count",
             )
         ),

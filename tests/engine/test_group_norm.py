@@ -108,6 +108,34 @@ def test_each_group_is_normalised_by_its_own_mean_and_variance_plus_eps() -> Non
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
+def test_a_weight_or_a_bias_alone_is_applied_as_group_norm_applies_it() -> None:
+    """A GroupNorm whose bias (or weight) was removed: F.group_norm applies the other on its own."""
+    x = torch.tensor([[[1.0, 3.0], [1.0, 3.0], [5.0, 5.0], [5.0, 5.0]]])
+    d = 1 / 1.5**0.5
+    weight_only = torch.nn.GroupNorm(2, 4, eps=0.5)
+    bias_only = torch.nn.GroupNorm(2, 4, eps=0.5)
+    with torch.no_grad():
+        weight_only.weight.copy_(torch.tensor([2.0, 1.0, 1.0, -1.0]))
+        bias_only.bias.copy_(torch.tensor([0.5, 0.0, 0.0, 1.0]))
+    weight_only.bias = None
+    bias_only.weight = None
+    with torch.no_grad():
+        torch.testing.assert_close(
+            GroupNormByStatistics(weight_only)(x),
+            torch.tensor([[[-2 * d, 2 * d], [-d, d], [0.0, 0.0], [0.0, 0.0]]]),
+            rtol=0,
+            atol=1e-6,
+        )
+        torch.testing.assert_close(
+            GroupNormByStatistics(bias_only)(x),
+            torch.tensor([[[0.5 - d, 0.5 + d], [-d, d], [0.0, 0.0], [1.0, 1.0]]]),
+            rtol=0,
+            atol=1e-6,
+        )
+        for norm in (weight_only, bias_only):  # as nn.GroupNorm itself computes them
+            torch.testing.assert_close(GroupNormByStatistics(norm)(x), norm(x), rtol=0, atol=1e-6)
+
+
 def test_the_rewrite_is_logged_with_its_count(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
