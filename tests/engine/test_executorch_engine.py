@@ -126,6 +126,22 @@ def test_the_read_back_imports_the_openvino_blob_only() -> None:
     assert ExecuTorchEngine.read_back(_method(other, method.delegates[0]), "CPU") == _backend_default(data)
 
 
+def test_the_read_back_on_another_device_counts_no_cpu_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = program("two_outputs")
+    arithmetic, _ = _backend_default(data)
+    core = ov.Core
+    imported: list[tuple[str, dict[str, Any]]] = []
+
+    class OnTheCpu:  # imports as OpenVINO's Core does, on the CPU, recording the device asked for
+        def import_model(self, blob: Any, device: str, props: dict[str, Any]) -> Any:
+            imported.append((device, props))
+            return core().import_model(blob, "CPU", props)
+
+    monkeypatch.setattr(ov, "Core", OnTheCpu)
+    assert ExecuTorchEngine.read_back(parse_program(data)["forward"], "GPU") == (arithmetic, 0)
+    assert imported == [("GPU", {})]
+
+
 def test_every_input_dtype_is_checked_against_the_program() -> None:
     data = program("every_dtype")
     names = ("u8", "i8", "i32", "i64", "f16", "f32", "b")
@@ -217,6 +233,17 @@ def test_a_blob_that_does_not_load_carries_openvinos_reason(monkeypatch: pytest.
     assert str(err.value).endswith("; OpenVINO says: Exception from src/core: | bad header")
 
 
+def test_a_load_failure_without_openvinos_text_says_what_executorch_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ovlib, "last_error_message", lambda: None)
+    monkeypatch.setattr(executorch_engine, "_import_failure", lambda *args: None)
+    with pytest.raises(BundleError) as err:
+        _engine(_damaged(program("two_outputs")))
+    assert (
+        str(err.value)
+        == "b/p.pte: ExecuTorch could not load method 'forward': Failed to load method forward, error: 0x:1"
+    )
+
+
 def test_openvinos_reason_for_refusing_a_blob_is_found_by_importing_it() -> None:
     data = program("two_outputs")
     damaged = _damaged(data)
@@ -259,6 +286,30 @@ def test_without_the_runtime_or_its_openvino_backend_the_load_says_what_to_insta
     assert str(err.value) == (
         "ExecuTorch's OpenVINO backend is not available in this executorch build; install 'executorch[openvino]' "
         "and openvino (or set OPENVINO_LIB_PATH to libopenvino_c.so)"
+    )
+
+
+def test_the_program_is_loaded_with_minimal_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large program's flatbuffer is not walked whole at load: its digest was checked by the bundle."""
+    from executorch.runtime import Runtime, Verification
+
+    asked: list[dict[str, Any]] = []
+    real = Runtime.get()
+
+    class Recording:
+        backend_registry = real.backend_registry
+
+        def load_program(self, source: Any, **kw: Any) -> Any:
+            asked.append(kw)
+            return real.load_program(source, **kw)
+
+    monkeypatch.setattr(
+        executorch_engine, "import_runtime", lambda: (torch, type("R", (), {"get": Recording}), Verification)
+    )
+    engine = _engine(read_back=("f32", 1))
+    assert asked == [{"verification": Verification.Minimal}]
+    np.testing.assert_array_equal(
+        engine.infer({"x": np.ones((2, 4), np.float32), "y": np.ones(3, np.float32)})["extra"], [2.0, 2.0, 2.0]
     )
 
 
@@ -322,6 +373,27 @@ def _said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
             ("INFO", "CPU has no native f16 arithmetic: the program's f16 weights and activations are computed in f32"),
         ),
         ("f32", "f32", ("f32", 1), None),  # the hint asked for is what runs
+        (
+            "f32",
+            "f32",
+            ("bf16", 1),
+            (
+                "WARNING",
+                "engine executorch cannot apply INFERENCE_PRECISION_HINT=f32: ExecuTorch's OpenVINO backend passes "
+                "no properties at load, so CPU computes at bf16; lower the bundle for that precision (lerobot-runtime "
+                "lower BUNDLE --precision f32) or use --engine openvino",
+            ),
+        ),
+        # a bf16 program computed in f32 carries bf16: the hint asked for is what the outputs carry
+        (
+            "bf16",
+            "bf16",
+            ("f32", 1),
+            (
+                "INFO",
+                "CPU has no native bf16 arithmetic: the program's bf16 weights and activations are computed in f32",
+            ),
+        ),
         ("bf16", "bf16", ("bf16", 1), None),
         (None, "int8", ("bf16", 1), None),  # held to its accuracy gate
         (None, "f32", ("f32", 1), None),
