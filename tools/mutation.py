@@ -526,6 +526,32 @@ SCOPES: dict[str, Scope] = {
     # The camera producer: the synthetic pattern worked by hand, a PUB socket's parts, the pace on a
     # clock the test moves, the fps and bind refusals; OpenCV stood in for.
     "producers-camera": Scope(("runtime/producers/camera.py",), ("tests/producers/test_camera.py",)),
+    # The direct OpenVINO engine on a tiny program compiled in the test (its export_model blob as the
+    # delegate's payload; no export, no torch): the refusals, the properties OpenVINO applied read back
+    # from the compiled model, a blob that does not import, the signature, a failed or unwritten run.
+    "engine-openvino": Scope(("runtime/engine/openvino_engine.py",), ("tests/engine/test_openvino_engine.py",)),
+    # The ExecuTorch engine on two tiny programs the real exporter made, cached on disk on first use
+    # (tests/engine/exported.py): loading and its refusals, what the backend runs at asked of OpenVINO,
+    # every input dtype against the program, what is said at load, failed and unwritten runs (a stand-in
+    # native method).
+    "engine-executorch": Scope(("runtime/engine/executorch_engine.py",), ("tests/engine/test_executorch_engine.py",)),
+    # GroupNorm as per-group statistics, in process: the numbers against nn.GroupNorm and worked by hand,
+    # bf16 activations, every layer replaced. The file's lowering tests run subprocesses and read docs/repro,
+    # which mutmut's mutants/ folder does not hold: they run in the suite only.
+    "bundle-group-norm": Scope(
+        ("runtime/bundle/group_norm.py",),
+        tuple(
+            f"tests/engine/test_group_norm.py::{t}"
+            for t in (
+                "test_same_numbers_as_group_norm",
+                "test_low_precision_activations_keep_float32_statistics",
+                "test_every_group_norm_is_replaced_and_keeps_its_parameters",
+                "test_each_group_is_normalised_by_its_own_mean_and_variance_plus_eps",
+                "test_a_weight_or_a_bias_alone_is_applied_as_group_norm_applies_it",
+                "test_the_rewrite_is_logged_with_its_count",
+            )
+        ),
+    ),
 }
 
 
@@ -588,7 +614,13 @@ def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None
     with (where / "pyproject.toml").open("a") as fh:
         fh.write(_config(scope))
     mutmut = str(Path(sys.executable).with_name("mutmut"))
-    env = {**os.environ, "PYTHONPATH": ""}
+    # the tiny programs the engine tests export once (tests/engine/exported.py): shared with the checkout
+    env = {
+        **os.environ,
+        "PYTHONPATH": "",
+        "LEROBOT_RUNTIME_TEST_PROGRAMS": os.environ.get("LEROBOT_RUNTIME_TEST_PROGRAMS")
+        or str(ROOT / ".cache" / "test-programs"),
+    }
     started = time.monotonic()
     with (where / "mutmut-run.log").open("w") as log:
         subprocess.run(

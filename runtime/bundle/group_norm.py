@@ -46,9 +46,11 @@ class GroupNormByStatistics(nn.Module):
         centred = groups - groups.mean(dim=-1, keepdim=True)
         var = (centred * centred).mean(dim=-1, keepdim=True)
         y = (centred * torch.rsqrt(var + self.eps)).reshape(x.shape)
-        if self.weight is not None and self.bias is not None:
-            per_channel = (1, c) + (1,) * (x.dim() - 2)
-            y = y * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
+        per_channel = (1, c) + (1,) * (x.dim() - 2)
+        if self.weight is not None:
+            y = y * self.weight.reshape(per_channel)
+        if self.bias is not None:  # each on its own, as F.group_norm takes them
+            y = y + self.bias.reshape(per_channel)
         return y if dtype == torch.float32 else y.to(dtype)
 
 

@@ -89,6 +89,68 @@ def test_every_group_norm_is_replaced_and_keeps_its_parameters() -> None:
     assert replace_group_norm(net) == 0
 
 
+def test_each_group_is_normalised_by_its_own_mean_and_variance_plus_eps() -> None:
+    """Worked by hand: group 0 (channels 0 and 1) holds 1, 3, 1, 3 (mean 2, variance 1), group 1 holds 5
+    four times (variance 0); with eps 0.5 each deviation is divided by sqrt(1.5)."""
+    norm = torch.nn.GroupNorm(2, 4, eps=0.5, affine=False)
+    x = torch.tensor([[[1.0, 3.0], [1.0, 3.0], [5.0, 5.0], [5.0, 5.0]]])
+    d = 1 / 1.5**0.5  # 0.8164965...
+    want = torch.tensor([[[-d, d], [-d, d], [0.0, 0.0], [0.0, 0.0]]])
+    with torch.no_grad():
+        torch.testing.assert_close(GroupNormByStatistics(norm)(x), want, rtol=0, atol=1e-6)
+    # the per-channel scale and shift, after the normalisation
+    affine = torch.nn.GroupNorm(2, 4, eps=0.5)
+    with torch.no_grad():
+        affine.weight.copy_(torch.tensor([2.0, 1.0, 1.0, -1.0]))
+        affine.bias.copy_(torch.tensor([0.5, 0.0, 0.0, 1.0]))
+        got = GroupNormByStatistics(affine)(x)
+    want = torch.tensor([[[0.5 - 2 * d, 0.5 + 2 * d], [-d, d], [0.0, 0.0], [1.0, 1.0]]])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_a_weight_or_a_bias_alone_is_applied_as_group_norm_applies_it() -> None:
+    """A GroupNorm whose bias (or weight) was removed: F.group_norm applies the other on its own."""
+    x = torch.tensor([[[1.0, 3.0], [1.0, 3.0], [5.0, 5.0], [5.0, 5.0]]])
+    d = 1 / 1.5**0.5
+    weight_only = torch.nn.GroupNorm(2, 4, eps=0.5)
+    bias_only = torch.nn.GroupNorm(2, 4, eps=0.5)
+    with torch.no_grad():
+        weight_only.weight.copy_(torch.tensor([2.0, 1.0, 1.0, -1.0]))
+        bias_only.bias.copy_(torch.tensor([0.5, 0.0, 0.0, 1.0]))
+    weight_only.bias = None
+    bias_only.weight = None
+    with torch.no_grad():
+        torch.testing.assert_close(
+            GroupNormByStatistics(weight_only)(x),
+            torch.tensor([[[-2 * d, 2 * d], [-d, d], [0.0, 0.0], [0.0, 0.0]]]),
+            rtol=0,
+            atol=1e-6,
+        )
+        torch.testing.assert_close(
+            GroupNormByStatistics(bias_only)(x),
+            torch.tensor([[[0.5 - d, 0.5 + d], [-d, d], [0.0, 0.0], [1.0, 1.0]]]),
+            rtol=0,
+            atol=1e-6,
+        )
+        for norm in (weight_only, bias_only):  # as nn.GroupNorm itself computes them
+            torch.testing.assert_close(GroupNormByStatistics(norm)(x), norm(x), rtol=0, atol=1e-6)
+
+
+def test_the_rewrite_is_logged_with_its_count(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="runtime.bundle.group_norm")
+    net = torch.nn.Sequential(torch.nn.GroupNorm(2, 8), torch.nn.GroupNorm(4, 8))
+    assert replace_group_norm(net) == 2
+    assert caplog.messages == [
+        "2 GroupNorm layer(s) written as per-group mean and variance: OpenVINO 2025.4.1's CPU compiler crashes on "
+        "GroupNormalization after a residual elementwise op"
+    ]
+    caplog.clear()
+    assert replace_group_norm(torch.nn.Sequential(torch.nn.Linear(2, 2))) == 0
+    assert caplog.messages == []  # nothing rewritten, nothing said
+
+
 def _lower(variant: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", LOWER_BLOCK, variant],
