@@ -941,3 +941,27 @@ def test_status_field_by_field(tmp_path: Path) -> None:
     )
     assert status.encoder_drops_by_camera is not rec._encoder_drops_by_camera
     assert status.encode_ms_per_frame is not rec._encode_ms
+
+
+def test_a_new_recorder_has_nothing_to_report(tmp_path: Path) -> None:
+    rec, _, _, _ = with_encoders(tmp_path, buffer_frames=3)
+    status = rec.status()
+    rec.close()
+    assert status == RecorderStatus(
+        recording=False,
+        episodes_written=0,
+        episodes_discarded=0,
+        episodes_failed=0,
+        overruns=0,
+        frames_written=0,
+        frames_dropped=0,
+        queued_frames=0,
+        last_error=None,
+        encoder_drops=0,
+        encoder_drops_by_camera={FRONT: 0, WRIST: 0},
+        episode_drop_rate=0.0,
+        episodes_over_drop_rate=0,
+        encoder_deaths=0,
+        codec="libx264",
+        encode_ms_per_frame={},
+    )
