@@ -112,6 +112,18 @@ class Clock:
         self.log.append(("sleep", s))
 
 
+class ProcLogging:
+    """``logging`` for the process: what its root logger is set up with."""
+
+    WARNING = 30
+
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+
+    def basicConfig(self, **kwargs: Any) -> None:
+        self.log.append(("logging", kwargs))
+
+
 class ProcOs:
     """``os`` for the process: its threads, their affinity, its niceness."""
 
@@ -157,6 +169,7 @@ class Loop:
         monkeypatch.setattr(ep, "normal_scheduling", lambda: log.append(("normal scheduling",)))
         monkeypatch.setattr(ep, "time", self.clock)
         monkeypatch.setattr(ep, "os", ProcOs(log, gone))
+        monkeypatch.setattr(ep, "logging", ProcLogging(log))
         for k in range(SLOTS):  # slot k holds grey level 10 + k
             self.shm.buf[k * H * W * 3 : (k + 1) * H * W * 3] = bytes([10 + k]) * (H * W * 3)
 
@@ -173,12 +186,14 @@ class Loop:
         return self.log
 
 
-START = [("attach", "lrr-frames-x"), ("nice", 10), ("reply", "ready")]
+LOGGING = ("logging", {"level": 30, "format": f"encoder {KEY}: %(levelname)s %(message)s"})
+START = [LOGGING, ("attach", "lrr-frames-x"), ("nice", 10), ("reply", "ready")]
 
 
 def test_the_process_is_pinned_before_it_lowers_its_priority_and_says_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     log = Loop(monkeypatch, gone="102").run([], cpus=frozenset({3, 1}))
     assert log == [
+        LOGGING,
         ("attach", "lrr-frames-x"),
         ("listdir", "/proc/self/task"),
         ("affinity", 101, [1, 3]),
