@@ -111,6 +111,14 @@ def test_a_codec_this_build_lacks_is_refused_naming_the_ones_it_has(monkeypatch:
     assert av.asked[0] == ("libnothing", "w")
     VideoSettings(codec="hevc").check_available()
     assert av.asked[-1] == ("hevc", "w")
+    every = Codecs({"libsvtav1", "libaom-av1", "libx264", "h264", "hevc"})
+    monkeypatch.setattr(video_module, "_av", lambda: every)
+    with pytest.raises(ConfigError) as info:
+        VideoSettings(codec="h264_qsv").check_available()
+    assert str(info.value) == (
+        "recording.video.codec: this PyAV build has no 'h264_qsv' encoder; "
+        "available: ['libsvtav1', 'libaom-av1', 'libx264', 'h264', 'hevc']"
+    )
 
 
 def test_the_real_build_has_x264_and_refuses_a_made_up_codec() -> None:
@@ -265,8 +273,8 @@ def test_an_aborted_file_is_closed_and_removed_even_if_closing_fails(
 # -- real files ------------------------------------------------------------------------------------
 
 
-def encode(path: Path, levels: list[int], fps: int = 30) -> Path:
-    ep = EpisodeVideo(path, fps, H, W, X264)
+def encode(path: Path, levels: list[int], fps: int = 30, settings: VideoSettings = X264) -> Path:
+    ep = EpisodeVideo(path, fps, H, W, settings)
     for level in levels:
         ep.add(grey(level))
     return ep.finish()
@@ -304,6 +312,30 @@ def test_an_episode_is_appended_after_the_frames_already_there(tmp_path: Path) -
     assert video_info(dst)["video.fps"] == 10
     append_video(dst, src, 5, 10)  # and a third
     assert frame_times(dst) == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], abs=1e-9)
+
+
+def test_an_av1_episode_is_appended_though_this_build_has_no_av1_decoder_named_like_its_stream(
+    tmp_path: Path,
+) -> None:
+    """LeRobot's default codec: the packets are copied with the template's codec context as it is."""
+    av1 = VideoSettings(codec="libsvtav1")
+    dst = encode(tmp_path / "file-000.mp4", [10, 60, 110], fps=10, settings=av1)
+    src = encode(tmp_path / "ep.mp4", [160, 210], fps=10, settings=av1)
+    append_video(dst, src, 3, 10)
+    assert frame_times(dst) == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4], abs=1e-9)
+    assert means(decode_frames(dst, 0.0, 5, 10)) == [10, 60, 110, 160, 210]
+    assert video_info(dst)["video.codec"] == "av1"
+
+
+def test_an_episode_with_b_frames_keeps_each_frames_own_time_when_appended(tmp_path: Path) -> None:
+    """x264's B-frames come out of display order: each packet's own presentation time is shifted."""
+    b_frames = VideoSettings(codec="libx264", x264_preset="medium")
+    levels = [10, 30, 50, 70, 90, 110, 130, 150, 170, 190, 210, 230]
+    dst = encode(tmp_path / "file-000.mp4", levels[:8], fps=10, settings=b_frames)
+    src = encode(tmp_path / "ep.mp4", levels[8:], fps=10, settings=b_frames)
+    append_video(dst, src, 8, 10)
+    assert frame_times(dst) == pytest.approx([k / 10 for k in range(12)], abs=1e-9)
+    assert means(decode_frames(dst, 0.0, 12, 10)) == levels
 
 
 def test_a_span_is_decoded_from_its_first_frame_keeping_what_is_asked(tmp_path: Path) -> None:
