@@ -501,6 +501,16 @@ def test_the_process_is_given_its_spec_and_pipes_and_a_reply_thread_is_started(c
         closed(enc)
 
 
+def test_by_default_the_process_is_not_slowed_and_runs_where_the_daemon_may(ctx: Context) -> None:
+    enc = started(ctx)
+    try:
+        spec = ctx.processes[0].args[0]
+        assert spec == EncoderSpec(KEY, "ring-0", SLOTS, H, W, 30, VideoSettings(codec="libx264"))
+        assert (spec.delay_ms, spec.cpus, enc.on_death) == (0.0, None, None)
+    finally:
+        closed(enc)
+
+
 def test_a_process_that_never_says_ready_is_refused_and_stopped(ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ep, "START_TIMEOUT_S", 0.0)
     with pytest.raises(RecordingError) as info:
