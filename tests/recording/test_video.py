@@ -436,9 +436,10 @@ class ReadAv:
 
 
 def test_frame_times_skip_the_end_marker_and_empty_packets_in_time_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    av = ReadAv(packets=[Packet(0), Packet(100), Packet(50), Packet(None, 0), Packet(150, 0), Packet(None)])
+    packets = [Packet(0), Packet(100), Packet(50), Packet(None, 0), Packet(150, 0), Packet(200, 1), Packet(None)]
+    av = ReadAv(packets=packets)
     monkeypatch.setattr(video_module, "_av", lambda: av)
-    assert frame_times(Path("ep.mp4")) == [0.0, 0.05, 0.1]
+    assert frame_times(Path("ep.mp4")) == [0.0, 0.05, 0.1, 0.2]  # a one-byte packet is a frame too
     assert av.log == [("open", "ep.mp4"), ("closed",)]
 
 
