@@ -965,3 +965,41 @@ def test_a_new_recorder_has_nothing_to_report(tmp_path: Path) -> None:
         codec="libx264",
         encode_ms_per_frame={},
     )
+
+
+def test_create_with_cameras_takes_the_buffer_size_from_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    made(monkeypatch)
+    rec = EpisodeRecorder.create(RecordingConfig(dataset_dir="/data/pick", buffer_frames=2), two_cameras())
+    sink = rec._sink
+    sink.gate.clear()  # type: ignore[attr-defined]
+    rec.start_episode("pick")
+    assert [add(rec), add(rec), add(rec)] == [True, True, False]
+    assert rec.status().overruns == 1
+    sink.gate.set()  # type: ignore[attr-defined]
+    rec.close()
+
+
+def test_drops_of_one_camera_add_up_over_an_episode(tmp_path: Path) -> None:
+    rec, sink, encoders, _ = with_encoders(tmp_path, slots=8)
+    rec.start_episode("pick")
+    encoders["wrist"].ring.free.clear()
+    assert add(rec) and add(rec) and add(rec)
+    encoders["wrist"].ring.free.extend(range(8))
+    assert add(rec)
+    live = rec.status()
+    rec.end_episode()
+    assert rec.flush(10)
+    rec.close()
+    assert live.episode_drop_rate == 0.75
+    assert [c[2] for c in sink.calls if c[0] == "attach"] == [EpisodeDrops({FRONT: 0, WRIST: 3}, 3, 0.75, True)]
+
+
+def test_failed_episodes_add_up() -> None:
+    sink = Sink()
+    with EpisodeRecorder(sink, features()) as rec:
+        for k in range(3):
+            sink.fail["begin"] = OSError(f"disk full {k}")
+            rec.start_episode("lost")
+            assert rec.flush(10)
+        status = rec.status()
+    assert (status.episodes_failed, status.last_error) == (3, "starting an episode: disk full 2")
