@@ -404,6 +404,7 @@ class ReadContainer:
     def __init__(self, log: list[Any], packets: list[Packet], frames: list[tuple[int, int]], audio: int) -> None:
         self.log, self.packets, self.frames = log, packets, frames
         self.streams = Streams(audio)
+        self.frame_base = Fraction(1, 1000)
 
     def __enter__(self) -> ReadContainer:
         return self
@@ -422,17 +423,20 @@ class ReadContainer:
         assert stream is self.streams.video[0]
         for pts, level in self.frames:
             self.log.append(("decoded", pts))
-            yield DecodedFrame(pts, Fraction(1, 1000), level, self.log)
+            yield DecodedFrame(pts, self.frame_base, level, self.log)
 
 
 class ReadAv:
     def __init__(self, packets: list[Packet] = [], frames: list[tuple[int, int]] = [], audio: int = 0) -> None:  # noqa: B006
         self.log: list[Any] = []
         self.packets, self.frames, self.audio = packets, frames, audio
+        self.frame_base = Fraction(1, 1000)
 
     def open(self, path: str) -> ReadContainer:
         self.log.append(("open", path))
-        return ReadContainer(self.log, self.packets, self.frames, self.audio)
+        container = ReadContainer(self.log, self.packets, self.frames, self.audio)
+        container.frame_base = self.frame_base
+        return container
 
 
 def test_frame_times_skip_the_end_marker_and_empty_packets_in_time_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -504,3 +508,12 @@ def test_frames_before_the_span_are_passed_over_up_to_half_a_frame_early(monkeyp
     av = ReadAv(frames=[(0, 1), (149, 2), (151, 3), (300, 4)])
     monkeypatch.setattr(video_module, "_av", lambda: av)
     assert [int(f[0, 0, 0]) for f in decode_frames(Path("ep.mp4"), 0.2, 2, 10)] == [3, 4]
+
+
+def test_a_frame_exactly_half_a_frame_early_is_the_spans_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 8 fps, times in 1/16 s (binary-exact): the span starts at 0.25 s, half a frame is 0.0625 s;
+    # the frame at 0.1875 s is on the edge and taken, not passed over for the one at 0.3125 s
+    av = ReadAv(frames=[(1, 1), (3, 2), (5, 3)])
+    av.frame_base = Fraction(1, 16)
+    monkeypatch.setattr(video_module, "_av", lambda: av)
+    assert [int(f[0, 0, 0]) for f in decode_frames(Path("ep.mp4"), 0.25, 1, 8)] == [2]
