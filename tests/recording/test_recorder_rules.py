@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,17 @@ def with_encoders(
     return rec, sink, encoders, log
 
 
+@contextmanager
+def recording(sink: Sink, feats: RecordingFeatures, **kwargs: Any) -> Iterator[EpisodeRecorder]:
+    """A recorder closed at the end, its sink's gate opened first (a failed check never hangs)."""
+    rec = EpisodeRecorder(sink, feats, **kwargs)
+    try:
+        yield rec
+    finally:
+        sink.gate.set()
+        rec.close()
+
+
 def status_of(rec: EpisodeRecorder) -> RecorderStatus:
     assert rec.flush(10)
     return rec.status()
@@ -196,7 +209,7 @@ def test_two_slots_are_enough_and_a_stalled_writer_overruns_at_the_third_frame(
 ) -> None:
     sink = Sink()
     sink.gate.clear()
-    with EpisodeRecorder(sink, features(), buffer_frames=2) as rec:
+    with recording(sink, features(), buffer_frames=2) as rec:
         rec.start_episode("pick")
         assert [add(rec, 0.0), add(rec, 0.1), add(rec, 0.2), add(rec, 0.3)] == [True, True, False, False]
         live = rec.status()
@@ -389,7 +402,7 @@ def test_a_closed_recorder_refuses_a_start_and_closing_again_does_nothing() -> N
 
 def test_starting_while_recording_writes_the_open_episode_first() -> None:
     sink = Sink()
-    with EpisodeRecorder(sink, features()) as rec:
+    with recording(sink, features()) as rec:
         rec.start_episode("a")
         assert add(rec, 0.5)
         rec.start_episode("b")
@@ -422,7 +435,7 @@ def test_frames_outside_an_episode_are_refused_and_counted() -> None:
 def test_a_refused_frame_gives_its_slot_back() -> None:
     sink = Sink()
     sink.gate.clear()
-    with EpisodeRecorder(sink, features(), buffer_frames=2) as rec:
+    with recording(sink, features(), buffer_frames=2) as rec:
         rec.start_episode("bad input")
         for _ in range(3):
             with pytest.raises(RecordingInputError) as info:
@@ -437,7 +450,7 @@ def test_a_refused_frame_gives_its_slot_back() -> None:
 
 def test_a_discarded_episode_is_aborted_and_counted() -> None:
     sink = Sink()
-    with EpisodeRecorder(sink, features()) as rec:
+    with recording(sink, features()) as rec:
         rec.start_episode("thrown away")
         assert add(rec, 0.5)
         assert rec.discard_episode() is True
@@ -451,7 +464,7 @@ def test_a_discarded_episode_is_aborted_and_counted() -> None:
 
 def test_an_empty_episode_is_finished_but_not_counted() -> None:
     sink = Sink()
-    with EpisodeRecorder(sink, features()) as rec:
+    with recording(sink, features()) as rec:
         rec.start_episode("nothing")
         rec.end_episode()
         status = status_of(rec)
@@ -522,7 +535,7 @@ def test_a_sink_that_fails_to_close_is_logged_not_raised(caplog: pytest.LogCaptu
 def test_a_failed_start_fails_the_episode_and_the_next_one_records() -> None:
     sink = Sink()
     sink.fail["begin"] = OSError("disk full")
-    with EpisodeRecorder(sink, features()) as rec:
+    with recording(sink, features()) as rec:
         rec.start_episode("lost")
         status = status_of(rec)
         assert (status.episodes_failed, status.last_error, status.recording) == (
@@ -552,7 +565,7 @@ def test_a_failed_start_fails_the_episode_and_the_next_one_records() -> None:
 def test_a_failed_frame_drops_its_episode_and_every_slot_comes_back() -> None:
     sink = Sink()
     sink.fail["frame"] = OSError(28, "No space left on device")
-    with EpisodeRecorder(sink, features(), buffer_frames=2) as rec:
+    with recording(sink, features(), buffer_frames=2) as rec:
         rec.start_episode("lost")
         assert add(rec, 0.5)
         assert status_of(rec).last_error == "writing a frame: [Errno 28] No space left on device"
@@ -580,7 +593,7 @@ def test_a_failed_frame_drops_its_episode_and_every_slot_comes_back() -> None:
 def test_frames_after_a_failed_write_are_not_written() -> None:
     sink = Sink()
     sink.fail["frame"] = OSError("bad sector")
-    with EpisodeRecorder(sink, features(), buffer_frames=3) as rec:
+    with recording(sink, features(), buffer_frames=3) as rec:
         sink.gate.clear()
         rec.start_episode("lost")
         assert add(rec, 0.5) and add(rec, 0.25)  # both queued before the writer learns
@@ -593,7 +606,7 @@ def test_frames_after_a_failed_write_are_not_written() -> None:
 def test_a_failed_finish_fails_the_episode() -> None:
     sink = Sink()
     sink.fail["finish"] = OSError("rename failed")
-    with EpisodeRecorder(sink, features()) as rec:
+    with recording(sink, features()) as rec:
         rec.start_episode("lost")
         assert add(rec)
         rec.end_episode()
@@ -610,7 +623,7 @@ def test_the_writer_thread_outlives_a_failed_discard_and_a_failed_clean_up(caplo
             raise RuntimeError("cleanup exploded")
 
     sink = TwiceBroken()
-    with caplog.at_level(logging.ERROR, logger="runtime.recording.recorder"), EpisodeRecorder(sink, features()) as rec:
+    with caplog.at_level(logging.ERROR, logger="runtime.recording.recorder"), recording(sink, features()) as rec:
         rec.start_episode("discarded")
         rec.discard_episode()
         status = status_of(rec)
@@ -996,10 +1009,67 @@ def test_drops_of_one_camera_add_up_over_an_episode(tmp_path: Path) -> None:
 
 def test_failed_episodes_add_up() -> None:
     sink = Sink()
-    with EpisodeRecorder(sink, features()) as rec:
+    with recording(sink, features()) as rec:
         for k in range(3):
             sink.fail["begin"] = OSError(f"disk full {k}")
             rec.start_episode("lost")
             assert rec.flush(10)
         status = rec.status()
     assert (status.episodes_failed, status.last_error) == (3, "starting an episode: disk full 2")
+
+
+def test_drops_and_overruns_add_up_over_episodes() -> None:
+    sink = Sink()
+    with recording(sink, features(), buffer_frames=2) as rec:
+        assert add(rec) is False  # no episode: 1 dropped
+        for task in ("a", "b"):
+            sink.gate.clear()
+            rec.start_episode(task)
+            assert [add(rec), add(rec), add(rec)] == [True, True, False]
+            sink.gate.set()
+            assert rec.flush(10)
+        status = rec.status()
+    assert (status.overruns, status.frames_dropped, status.episodes_written) == (2, 3, 2)
+
+
+def test_frames_refused_for_a_failed_episode_add_up() -> None:
+    sink = Sink()
+    sink.fail["frame"] = OSError("bad sector")
+    with recording(sink, features()) as rec:
+        assert add(rec) is False  # no episode: 1 dropped
+        rec.start_episode("lost")
+        assert add(rec)
+        assert rec.flush(10)
+        assert add(rec) is False
+        status = rec.status()
+    assert status.frames_dropped == 2
+
+
+class SourceSink(Sink):
+    def write_frame(self, frame: FrameSlot) -> None:
+        self.calls.append(("frame", frame.source, frame.intervention))
+
+
+def test_each_frames_source_and_intervention_reach_the_sink() -> None:
+    sink = SourceSink()
+    with recording(sink, features()) as rec:
+        rec.start_episode("pick")
+        assert rec.add_frame(0.0, Z2, Z2, Z2, {}, "teleop", True)
+        assert rec.add_frame(0.1, Z2, Z2, Z2, {}, "hold", False)
+        assert rec.flush(10)
+    assert sink.calls[1:3] == [("frame", "teleop", True), ("frame", "hold", False)]
+
+
+def test_a_tick_left_out_gives_its_slot_back_for_the_next(tmp_path: Path) -> None:
+    rec, sink, encoders, _ = with_encoders(tmp_path, slots=8, buffer_frames=2)
+    rec.start_episode("pick")
+    encoders["wrist"].ring.free.clear()
+    assert add(rec) and add(rec)  # both left out
+    encoders["wrist"].ring.free.extend(range(8))
+    for k in range(4):  # each slot of the two used twice
+        assert add(rec, k)
+        assert rec.flush(10)
+    rec.end_episode()
+    assert rec.flush(10)
+    rec.close()
+    assert [c[1] for c in sink.calls if c[0] == "frame"] == [0.0, 1.0, 2.0, 3.0]
