@@ -683,6 +683,22 @@ def test_a_death_is_reported_once_and_a_replacement_started_with_a_fresh_ring(
     assert [r.closed for r in Ring.made] == [1, 1]
 
 
+def test_a_death_before_any_episode_is_not_taken_for_the_first_episodes_and_deaths_add_up(ctx: Context) -> None:
+    enc = started(ctx)
+    try:
+        ctx.processes[0].exit(1)
+        eventually(lambda: len(ctx.processes) == 2)
+        second = ctx.processes[1]
+        enc.begin(1, Path("ep1.mp4"))
+        second.replies.send(("done", 1, "/d/ep1.mp4", 2, {}, 0.5))
+        assert enc.result(1, 10.0) == EncodedVideo(Path("/d/ep1.mp4"), 2, {}, 0.5)
+        second.exit(-9)
+        eventually(lambda: len(ctx.processes) == 3)
+        assert (enc.deaths, enc.last_death) == (2, "the encoder process (pid 41) exited with code -9")
+    finally:
+        closed(enc)
+
+
 def test_a_replacement_that_cannot_start_is_logged_and_the_handle_stays(
     ctx: Context, caplog: pytest.LogCaptureFixture
 ) -> None:
