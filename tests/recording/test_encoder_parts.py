@@ -460,6 +460,8 @@ def ctx(monkeypatch: pytest.MonkeyPatch) -> Context:
     Ring.made = []
     monkeypatch.setattr(ep, "_CONTEXT", context)
     monkeypatch.setattr(ep, "FrameRing", Ring)
+    # the stand-in child says ready at once: a handle that misses it fails in seconds, not half a minute
+    monkeypatch.setattr(ep, "START_TIMEOUT_S", 5.0)
     return context
 
 
