@@ -1073,3 +1073,13 @@ def test_a_tick_left_out_gives_its_slot_back_for_the_next(tmp_path: Path) -> Non
     assert rec.flush(10)
     rec.close()
     assert [c[1] for c in sink.calls if c[0] == "frame"] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_discarded_episodes_add_up() -> None:
+    sink = Sink()
+    with recording(sink, features()) as rec:
+        for task in ("a", "b"):
+            rec.start_episode(task)
+            assert rec.discard_episode()
+        status = status_of(rec)
+    assert (status.episodes_discarded, status.episodes_written) == (2, 0)
