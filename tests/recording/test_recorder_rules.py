@@ -1083,3 +1083,15 @@ def test_discarded_episodes_add_up() -> None:
             assert rec.discard_episode()
         status = status_of(rec)
     assert (status.episodes_discarded, status.episodes_written) == (2, 0)
+
+
+def test_discarding_an_episode_that_already_failed_aborts_nothing_more() -> None:
+    sink = Sink()
+    sink.fail["begin"] = OSError("disk full")
+    with recording(sink, features()) as rec:
+        rec.start_episode("lost")
+        assert rec.flush(10)
+        assert rec.discard_episode() is True  # the control side had not learnt of the failure yet
+        status = status_of(rec)
+    assert sink.calls == [("begin", "lost"), ("abort",), ("close",)]
+    assert (status.episodes_discarded, status.episodes_failed) == (0, 1)
