@@ -393,6 +393,9 @@ class Process:
     def start(self) -> None:
         if self.ctx.start_fails:
             raise OSError("no more processes")
+        if self.ctx.processes and self.ctx.hold is not None:  # a replacement that takes its time
+            self.ctx.starting.set()
+            self.ctx.hold.wait()
         self.ctx.processes.append(self)
         # the child's own copies of its ends: the handle closes the ones it passed
         self.commands = Connection(os.dup(self.args[1].fileno()), writable=False)
@@ -435,6 +438,8 @@ class Context:
     def __init__(self) -> None:
         self.processes: list[Process] = []
         self.start_fails = False
+        self.hold: threading.Event | None = None
+        self.starting = threading.Event()
         self.pipes: list[tuple[Connection, Connection]] = []
 
     def Pipe(self, duplex: bool) -> tuple[Connection, Connection]:
@@ -475,6 +480,13 @@ def started(ctx: Context, **kwargs: Any) -> CameraEncoder:
     enc = CameraEncoder(KEY, **{**args, **kwargs})
     ready.join()
     return enc
+
+
+def replaced(ctx: Context, enc: CameraEncoder, processes: int) -> None:
+    """Wait until the reply thread has started the replacement whole."""
+    eventually(lambda: len(ctx.processes) == processes)
+    with enc._spawning:
+        pass
 
 
 def closed(enc: CameraEncoder) -> None:
@@ -661,7 +673,7 @@ def test_a_death_is_reported_once_and_a_replacement_started_with_a_fresh_ring(
         enc.begin(5, Path("ep.mp4"))
         with caplog.at_level(logging.ERROR, logger="runtime.recording.encoder_process"):
             first.exit(-9)
-            eventually(lambda: len(ctx.processes) == 2)
+            replaced(ctx, enc, 2)
         reason = "the encoder process (pid 40) exited with code -9"
         assert deaths == [(KEY, reason)]
         assert (enc.deaths, enc.last_death) == (1, reason)
@@ -689,16 +701,48 @@ def test_a_death_before_any_episode_is_not_taken_for_the_first_episodes_and_deat
     enc = started(ctx)
     try:
         ctx.processes[0].exit(1)
-        eventually(lambda: len(ctx.processes) == 2)
+        replaced(ctx, enc, 2)
         second = ctx.processes[1]
         enc.begin(1, Path("ep1.mp4"))
         second.replies.send(("done", 1, "/d/ep1.mp4", 2, {}, 0.5))
         assert enc.result(1, 10.0) == EncodedVideo(Path("/d/ep1.mp4"), 2, {}, 0.5)
         second.exit(-9)
-        eventually(lambda: len(ctx.processes) == 3)
+        replaced(ctx, enc, 3)
         assert (enc.deaths, enc.last_death) == (2, "the encoder process (pid 41) exited with code -9")
     finally:
         closed(enc)
+
+
+def test_closing_while_a_replacement_starts_stops_the_replacement(ctx: Context) -> None:
+    """A bug these tests found: close() on the daemon's thread while the reply thread was starting a
+    replacement joined a reply thread not yet started (RuntimeError) or stopped the dead process
+    instead, and the replacement went on running after close()."""
+    enc = started(ctx)
+    first = ctx.processes[0]
+    ctx.hold = threading.Event()
+    first.exit(1)
+    assert ctx.starting.wait(10)
+    closer = threading.Thread(target=enc.close)
+    closer.start()
+    deadline = time.monotonic() + 0.5  # time for close() to act on the dead process if it does not wait
+    while ("join", 5.0) not in first.calls and time.monotonic() < deadline:
+        time.sleep(0.001)
+    ctx.hold.set()
+    closer.join(10)
+    assert not closer.is_alive()
+    second = ctx.processes[1]
+    assert first.calls == [("join", 1.0)]
+    assert second.calls == [("join", 5.0), ("close",)] and second.exitcode == 0
+    assert [r.closed for r in Ring.made] == [1, 1]
+    assert not enc._reader.is_alive()
+
+
+def test_a_death_after_close_starts_no_replacement(ctx: Context) -> None:
+    enc = started(ctx)
+    process = ctx.processes[0]
+    process.ignores = {"stop", "terminate"}
+    enc.close()  # killed: its pipe closes while the handle is stopping
+    assert len(ctx.processes) == 1 and enc.deaths == 0
 
 
 def test_a_replacement_that_cannot_start_is_logged_and_the_handle_stays(
