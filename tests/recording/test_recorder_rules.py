@@ -1095,3 +1095,46 @@ def test_discarding_an_episode_that_already_failed_aborts_nothing_more() -> None
         status = status_of(rec)
     assert sink.calls == [("begin", "lost"), ("abort",), ("close",)]
     assert (status.episodes_discarded, status.episodes_failed) == (0, 1)
+
+
+def test_by_default_ninety_frames_may_wait_for_the_disk() -> None:
+    sink = Sink()
+    sink.gate.clear()
+    with recording(sink, features()) as rec:
+        rec.start_episode("stalled")
+        assert all(add(rec) for _ in range(90))
+        assert add(rec) is False
+        assert rec.status().overruns == 1
+
+
+@pytest.mark.parametrize(("ticks", "over"), [(20, False), (17, True)])
+def test_by_default_an_episode_may_drop_five_percent_of_its_ticks(tmp_path: Path, ticks: int, over: bool) -> None:
+    log: list[tuple[Any, ...]] = []
+    encoders = {"front": Encoder(FRONT, log, 32), "wrist": Encoder(WRIST, log, 32, 16, 18)}
+    sink = EncodedSink()
+    rec = EpisodeRecorder(sink, two_cameras(), encoders=encoders, staging_dir=tmp_path)  # type: ignore[arg-type]
+    rec.start_episode("pick")
+    encoders["front"].ring.free.clear()
+    assert add(rec)  # 1 tick left out of 20 is 5 %; of 17, 5.9 %
+    encoders["front"].ring.free.extend(range(32))
+    for _ in range(ticks - 1):
+        assert add(rec)
+    rec.end_episode()
+    assert rec.flush(10)
+    rec.close()
+    drops = next(c[2] for c in sink.calls if c[0] == "attach")
+    assert (drops.ticks, drops.over_limit) == (1, over)
+
+
+def test_closing_after_a_failed_discard_closes_the_sink_and_aborts_nothing_more() -> None:
+    class TwiceBroken(Sink):
+        def abort_episode(self) -> None:
+            self.calls.append(("abort",))
+            raise RuntimeError("cleanup exploded")
+
+    sink = TwiceBroken()
+    with recording(sink, features()) as rec:
+        rec.start_episode("discarded")
+        rec.discard_episode()
+        assert rec.flush(10)
+    assert sink.calls == [("begin", "discarded"), ("abort",), ("abort",), ("close",)]
