@@ -1138,3 +1138,17 @@ def test_closing_after_a_failed_discard_closes_the_sink_and_aborts_nothing_more(
         rec.discard_episode()
         assert rec.flush(10)
     assert sink.calls == [("begin", "discarded"), ("abort",), ("abort",), ("close",)]
+
+
+class ImageSink(Sink):
+    def write_frame(self, frame: FrameSlot) -> None:
+        self.calls.append(("frame", {cam: int(img[0, 0, 0]) for cam, img in frame.images.items()}))
+
+
+def test_without_encoders_each_slot_carries_the_cameras_images_to_the_sink() -> None:
+    sink = ImageSink()
+    with recording(sink, features({"front": (16, 16)})) as rec:
+        rec.start_episode("pick")
+        assert add(rec, 0.0, 7) and add(rec, 0.1, 9)
+        assert rec.flush(10)
+    assert sink.calls[1:3] == [("frame", {"front": 7}), ("frame", {"front": 9})]
