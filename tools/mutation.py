@@ -517,9 +517,7 @@ SCOPES: dict[str, Scope] = {
     # The encoder process's loop run in-process (stand-in pipes, video and clock, a real ring) and the
     # daemon's handle on a stand-in process (real pipes): replies, results, a death and its
     # replacement, closing. Starting a real spawned process is left to test_encoder_process.py.
-    "recording-encoder": Scope(
-        ("runtime/recording/encoder_process.py",), ("tests/recording/test_encoder_parts.py",)
-    ),
+    "recording-encoder": Scope(("runtime/recording/encoder_process.py",), ("tests/recording/test_encoder_parts.py",)),
 }
 
 
