@@ -552,6 +552,18 @@ SCOPES: dict[str, Scope] = {
             )
         ),
     ),
+    # The recorder on a stand-in sink and stand-in encoders (a ring the test holds, no process, no
+    # encode): the control thread's side never waiting, drops and overruns counted, the writer
+    # thread's order, failures and clean-up, the encoders' files handed over, status field by field.
+    "recording-recorder": Scope(("runtime/recording/recorder.py",), ("tests/recording/test_recorder_rules.py",)),
+    # PyAV's side on a stand-in PyAV (what each call is given, in order) and a few real x264 files:
+    # the [recording.video] refusals, the codec options, appending by copying packets, frame times,
+    # the info LeRobot keeps, decoding a span.
+    "recording-video": Scope(("runtime/recording/video.py",), ("tests/recording/test_video.py",)),
+    # The encoder process's loop run in-process (stand-in pipes, video and clock, a real ring) and the
+    # daemon's handle on a stand-in process (real pipes): replies, results, a death and its
+    # replacement, closing. Starting a real spawned process is left to test_encoder_process.py.
+    "recording-encoder": Scope(("runtime/recording/encoder_process.py",), ("tests/recording/test_encoder_parts.py",)),
 }
 
 

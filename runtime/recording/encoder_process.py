@@ -195,6 +195,8 @@ class CameraEncoder:
         self._results: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._retired: list[FrameRing] = []
         self._stopping = False
+        # held while a replacement starts: close() waits for it, and no replacement starts after close()
+        self._spawning = threading.Lock()
         self.deaths = 0
         self.last_death: str | None = None
         self._ready = threading.Event()
@@ -311,16 +313,20 @@ class CameraEncoder:
         if not self._ready.is_set():  # it never started: do not loop on a process that cannot start
             self._ready.set()
             return
-        # frames in flight were in the dead process's slots: a fresh ring, the old one closed at the end
-        self._retired.append(ring)
-        try:
-            self._spawn()
-        except Exception:  # no replacement: the next episode's file never comes, and says so
-            log.exception("recording: %s: starting a replacement encoder failed", self.key)
+        with self._spawning:
+            if self._stopping:
+                return
+            # frames in flight were in the dead process's slots: a fresh ring, the old one closed at the end
+            self._retired.append(ring)
+            try:
+                self._spawn()
+            except Exception:  # no replacement: the next episode's file never comes, and says so
+                log.exception("recording: %s: starting a replacement encoder failed", self.key)
 
     def close(self) -> None:
         """Stop the process (asking first, then terminating), join it and remove the segments."""
-        self._stopping = True
+        with self._spawning:  # a replacement being started is started whole first, then stopped here
+            self._stopping = True
         self._send(("stop",))
         self.process.join(STOP_TIMEOUT_S)
         if self.process.is_alive():
