@@ -506,6 +506,16 @@ SCOPES: dict[str, Scope] = {
     # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
     # an episode's rows in a shared data file, columns in their features' types, observations.
     "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
+    # The dataset writer on stand-in video calls (what it asks of append_video and video_info): a
+    # dataset created, continued or refused, each episode's rows, metadata, statistics and totals,
+    # files rolled over at their size limits, the lock, aborts and what they leave behind.
+    "recording-writer": Scope(("runtime/recording/writer.py",), ("tests/recording/test_writer.py",)),
+    # `dataset check` rule by rule on datasets the tests write with pyarrow and stand-in videos: every
+    # problem named by file and field, word for word, and what it stops the checker reading.
+    "recording-check": Scope(
+        ("runtime/recording/check.py",),
+        ("tests/recording/test_check_rules.py", "tests/recording/test_check_malformed.py"),
+    ),
 }
 
 
