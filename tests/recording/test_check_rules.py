@@ -47,15 +47,16 @@ def _frame(f: RecordingFeatures, k: int) -> FrameSlot:
     return slot
 
 
-def _write(root: Path, cameras: bool, tmp: Path, **limits: float) -> None:
-    """Episodes "pick" (3 frames) and "place" (2 frames); each video file then holds the frame
-    times of its episodes, one after the other, as JSON."""
+def _write(root: Path, cameras: bool, tmp: Path, lengths: tuple[int, ...] = (3, 2), **limits: float) -> None:
+    """Episodes "pick" (3 frames) and "place" (2 frames), or as many as ``lengths`` says; each video
+    file then holds the frame times of its episodes, one after the other, as JSON."""
     f = RecordingFeatures(fps=FPS, joint_names=("a", "b"), cameras={"front": (16, 32)} if cameras else {})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(writer_module, "video_info", lambda path: {"video.fps": FPS})
         mp.setattr(writer_module, "append_video", lambda dst, src, frames, fps: None)
         w = DatasetWriter(root, f, encode_video=False, **limits)
-        for task, ks in (("pick", range(3)), ("place", range(3, 5))):
+        for i, task in enumerate(("pick", "place")[: len(lengths)]):
+            ks = range(sum(lengths[:i]), sum(lengths[: i + 1]))
             w.begin_episode(task)
             for k in ks:
                 w.write_frame(_frame(f, k))
@@ -81,9 +82,10 @@ def _write(root: Path, cameras: bool, tmp: Path, **limits: float) -> None:
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("bases")
-    out = {"camera": base / "camera", "plain": base / "plain", "rolled": base / "rolled"}
+    out = {"camera": base / "camera", "plain": base / "plain", "rolled": base / "rolled", "long": base / "long"}
     _write(out["camera"], True, base)
-    _write(out["plain"], False, base)
+    _write(out["plain"], False, base, (3, 1))  # an episode of one frame
+    _write(out["long"], False, base, (7,))
     _write(out["rolled"], True, base, data_file_size_mb=1e-9, video_file_size_mb=1e-9)
     return out
 
@@ -146,7 +148,8 @@ def test_a_whole_dataset_is_reported_with_its_counts(ds: Path, copy: Callable[[s
     assert (report.problems, report.ok) == ([], True)
     assert (report.root, report.episodes, report.frames, report.cameras) == (ds, 2, 5, [FRONT])
     plain = check_dataset(copy("plain"))
-    assert (plain.problems, plain.episodes, plain.frames, plain.cameras) == ([], 2, 5, [])
+    assert (plain.problems, plain.episodes, plain.frames, plain.cameras) == ([], 2, 4, [])
+    assert check_dataset(copy("long")).problems == []
     assert check_dataset(copy("rolled")).problems == []
 
 
@@ -515,14 +518,25 @@ def test_episode_indices_that_are_not_0_to_n_are_named(ds: Path) -> None:
     ]
 
 
-def test_episodes_are_read_in_index_order_across_files(copy: Callable[[str], Path]) -> None:
-    rolled = copy("rolled")
-    # the second file's rows first: the check sorts them by episode index
+def swap_episodes_files(rolled: Path) -> None:
+    """Episode 1's row in the first episodes file, episode 0's in the second."""
     first, second = (rolled / f"meta/episodes/chunk-000/file-00{i}.parquet" for i in (0, 1))
     a, b = pq.read_table(first), pq.read_table(second)
-    edit_table_whole = pa.concat_tables([b, a])
-    pq.write_table(edit_table_whole.slice(0, 1), first)
-    pq.write_table(edit_table_whole.slice(1, 1), second)
+    pq.write_table(b, first)
+    pq.write_table(a, second)
+
+
+def test_episodes_are_read_in_index_order_across_files(copy: Callable[[str], Path]) -> None:
+    rolled = copy("rolled")
+    swap_episodes_files(rolled)
+    for i, path in enumerate(sorted((rolled / "meta/episodes").glob("*/*.parquet"))):
+        edit_table(path, "meta/episodes/file_index", [i])
+    assert problems(rolled) == []
+
+
+def test_rows_in_the_wrong_episodes_files_are_named_file_by_file(copy: Callable[[str], Path]) -> None:
+    rolled = copy("rolled")
+    swap_episodes_files(rolled)
     assert problems(rolled) == [
         "meta/episodes/chunk-000/file-000.parquet: episode 1: meta/episodes indices say (0, 1)",
         "meta/episodes/chunk-000/file-001.parquet: episode 0: meta/episodes indices say (0, 0)",
@@ -585,6 +599,17 @@ def test_data_columns_missing_of_another_type_or_extra_are_named(ds: Path) -> No
         f"{DATA}: column 'index': expected int64, found int32",
         f"{DATA}: columns not in info.json features: ['note']",
     ]
+
+
+def test_a_data_file_with_a_column_problem_is_not_read_further(ds: Path) -> None:
+    pq.write_table(pq.read_table(ds / DATA).drop_columns(["timestamp", "frame_index"]), ds / DATA)
+    assert problems(ds) == [f"{DATA}: column 'timestamp' missing", f"{DATA}: column 'frame_index' missing"]
+
+
+def test_a_long_episodes_indices_are_shown_five_at_most(copy: Callable[[str], Path]) -> None:
+    long = copy("long")
+    rewrite_data(long, "frame_index", [0, 1, 2, 3, 4, 5, 7])
+    assert problems(long) == [f"{DATA}: episode 0: frame_index expected [0, 1, 2, 3, 4]..., found [0, 1, 2, 3, 4]..."]
 
 
 def test_a_data_file_without_its_feature_description_is_named(ds: Path) -> None:
@@ -720,6 +745,12 @@ def test_a_video_span_that_cannot_hold_the_episode_is_named(ds: Path) -> None:
     assert problems(ds) == [f"{VIDEO}: episode 1: video span 0.3000..0.3998 s does not hold 2 frames"]
 
 
+def test_a_video_span_exactly_one_frame_and_the_tolerance_short_is_let_through(copy: Callable[[str], Path]) -> None:
+    rolled = copy("rolled")  # episode 1 alone in its video file, from 0 s: 0.2 s for its 2 frames
+    edit_table(rolled / "meta/episodes/chunk-000/file-001.parquet", f"videos/{FRONT}/to_timestamp", [0.0999])
+    assert problems(rolled) == []
+
+
 # -- meta/stats.json -------------------------------------------------------------------------------
 
 
@@ -748,6 +779,18 @@ def test_a_count_that_disagrees_with_the_total_is_named_but_not_a_cameras(ds: Pa
 
     edit_json(ds / STATS, edit)
     assert problems(ds) == [f"{STATS}: action.count: 4, info.json total_frames is 5"]
+
+
+def test_a_missing_statistic_and_one_that_is_a_table_are_named(ds: Path) -> None:
+    def edit(stats: dict[str, Any]) -> None:
+        del stats["action"]["q99"]
+        stats["action"]["std"] = {"a": 1}
+
+    edit_json(ds / STATS, edit)
+    assert problems(ds) == [
+        f"{STATS}: action.std: expected numbers of shape (2,), found {{'a': 1}}",
+        f"{STATS}: action.q99: missing",
+    ]
 
 
 def test_a_count_of_the_wrong_shape_is_not_compared(ds: Path) -> None:

@@ -6,6 +6,8 @@ files are a few bytes of the test's own, so file sizes are exact."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +259,28 @@ def test_one_writer_at_a_time_and_the_lock_is_released_at_close(tmp_path: Path) 
     first.close()  # twice: nothing left to release
     assert not (tmp_path / "d" / ".recording").exists()
     DatasetWriter(tmp_path / "d", features()).close()
+
+
+def test_the_lock_file_is_readable_by_others(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        w = DatasetWriter(tmp_path / "d", features())
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "d" / ".recording" / "lock").stat().st_mode) == 0o644
+    w.close()
+
+
+def test_a_dataset_without_features_is_refused_naming_the_first(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    DatasetWriter(root, features()).close()
+    edit_info(root, lambda info: info.pop("features"))
+    with pytest.raises(RecordingError) as e:
+        DatasetWriter(root, features())
+    assert str(e.value) == (
+        f"{root}: feature 'action' differs: the dataset has None, this recording "
+        "{'dtype': 'float32', 'shape': [2], 'names': ['a', 'b']}; record into a new folder"
+    )
 
 
 def test_a_dataset_refused_on_resume_is_released(tmp_path: Path) -> None:
