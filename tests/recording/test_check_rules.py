@@ -5,8 +5,10 @@ frame size and frame times as JSON, read by stand-ins of the video calls."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,15 +81,20 @@ def _write(root: Path, cameras: bool, tmp: Path, lengths: tuple[int, ...] = (3, 
         video.write_text(json.dumps({"size": [16, 32], "times": ts}))
 
 
-@pytest.fixture(scope="module")
-def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("bases")
+def _write_bases() -> dict[str, Path]:
+    base = Path(tempfile.mkdtemp(prefix="check-rules-"))
+    atexit.register(shutil.rmtree, base, True)
     out = {"camera": base / "camera", "plain": base / "plain", "rolled": base / "rolled", "long": base / "long"}
     _write(out["camera"], True, base)
     _write(out["plain"], False, base, (3, 1))  # an episode of one frame
     _write(out["long"], False, base, (7,))
     _write(out["rolled"], True, base, data_file_size_mb=1e-9, video_file_size_mb=1e-9)
     return out
+
+
+# Written once, when the module is imported, and copied by each test: a mutation run forks every
+# mutant's tests from a process that imported this module, so no mutant pays for writing them.
+BASES = _write_bases()
 
 
 def stand_in_video_info(path: Path) -> dict[str, Any]:
@@ -100,12 +107,12 @@ def stand_in_frame_times(path: Path) -> list[float]:
 
 
 @pytest.fixture
-def copy(tmp_path: Path, bases: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
+def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
     monkeypatch.setattr(video_module, "video_info", stand_in_video_info)
     monkeypatch.setattr(check_module, "frame_times", stand_in_frame_times)
 
     def make(kind: str) -> Path:
-        shutil.copytree(bases[kind], tmp_path / kind)
+        shutil.copytree(BASES[kind], tmp_path / kind)
         return tmp_path / kind
 
     return make
