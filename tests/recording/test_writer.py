@@ -821,3 +821,19 @@ def test_a_dataset_without_episodes_is_continued_from_the_start(tmp_path: Path) 
     w.close()
     assert data_column(root, "index") == [0, 1]
     assert [r["episode_index"] for r in episode_rows(root)] == [0]
+
+
+def test_a_first_episode_cut_short_before_its_totals_is_written_over(tmp_path: Path) -> None:
+    # the files of episode 0 were written but info.json still says no episode (a crash in between)
+    root = tmp_path / "d"
+    DatasetWriter(root, features()).close()
+    empty_info = (root / "meta/info.json").read_text()
+    w = DatasetWriter(root, features())
+    record(w, "pick", range(3))
+    w.close()
+    (root / "meta/info.json").write_text(empty_info)
+    w = DatasetWriter(root, features())
+    assert record(w, "place", range(2)) == EpisodeSummary(0, 2, "place", 0.2)
+    w.close()
+    assert data_column(root, "index") == [0, 1]
+    assert [(r["episode_index"], r["tasks"]) for r in episode_rows(root)] == [(0, ["place"])]
