@@ -608,6 +608,27 @@ def test_data_columns_missing_of_another_type_or_extra_are_named(ds: Path) -> No
     ]
 
 
+def test_a_missing_data_file_does_not_stop_the_next_ones_being_checked(copy: Callable[[str], Path]) -> None:
+    rolled = copy("rolled")
+    (rolled / "data/chunk-000/file-000.parquet").unlink()
+    rewrite_data(rolled, "frame_index", [1, 2], path="data/chunk-000/file-001.parquet")
+    assert problems(rolled) == [
+        "data/chunk-000/file-000.parquet: missing (episodes [0] live there)",
+        "data/chunk-000/file-001.parquet: episode 1: frame_index expected [0, 1]..., found [1, 2]...",
+    ]
+
+
+def test_a_data_file_with_a_column_problem_does_not_stop_the_next_ones(copy: Callable[[str], Path]) -> None:
+    rolled = copy("rolled")
+    path = rolled / "data/chunk-000/file-000.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["timestamp"]), path)
+    rewrite_data(rolled, "frame_index", [1, 2], path="data/chunk-000/file-001.parquet")
+    assert problems(rolled) == [
+        "data/chunk-000/file-000.parquet: column 'timestamp' missing",
+        "data/chunk-000/file-001.parquet: episode 1: frame_index expected [0, 1]..., found [1, 2]...",
+    ]
+
+
 def test_a_data_file_with_a_column_problem_is_not_read_further(ds: Path) -> None:
     pq.write_table(pq.read_table(ds / DATA).drop_columns(["timestamp", "frame_index"]), ds / DATA)
     assert problems(ds) == [f"{DATA}: column 'timestamp' missing", f"{DATA}: column 'frame_index' missing"]
