@@ -659,6 +659,15 @@ def test_an_episodes_rows_are_found_by_index(ds: Path) -> None:
     assert problems(ds) == [f"{DATA}: episode 1: rows with index 3..4 missing"]
 
 
+def test_an_episodes_missing_rows_do_not_stop_the_next_episodes_check(ds: Path) -> None:
+    rewrite_data(ds, "index", [0, 1, 1, 3, 4])
+    rewrite_data(ds, "frame_index", [0, 1, 2, 1, 2])
+    assert problems(ds) == [
+        f"{DATA}: episode 0: rows with index 0..2 missing",
+        f"{DATA}: episode 1: frame_index expected [0, 1]..., found [1, 2]...",
+    ]
+
+
 def test_an_episodes_rows_cut_short_are_missing(ds: Path) -> None:
     pq.write_table(pq.read_table(ds / DATA).slice(0, 4), ds / DATA)
     assert problems(ds) == [f"{DATA}: episode 1: rows with index 3..4 missing"]

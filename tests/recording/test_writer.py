@@ -447,6 +447,7 @@ def test_episodes_follow_one_another_and_tasks_are_numbered_once(tmp_path: Path)
     assert stats["observation.state"]["mean"] == [2.5, -2.5]
     assert stats["observation.state"]["count"] == [6]
     assert stats["index"]["max"] == [5]
+    assert stats["timestamp"]["max"] == [0.20000000298023224]  # float32's 0.2, as the rows hold it
     assert "control.source" not in stats
 
 
@@ -701,6 +702,24 @@ def test_a_data_file_is_full_when_its_rows_so_far_and_the_next_episodes_would_re
     w.close()
     assert data_column(tmp_path / "under", "index") == [0, 1]
     assert not (tmp_path / "under/data/chunk-000/file-001.parquet").exists()
+
+
+def test_a_data_files_rows_so_far_give_the_size_of_each_next_row(tmp_path: Path) -> None:
+    # two rows on disk take the file's size, one each half of it: two more would double it
+    sizes = {}
+    for name in ("at", "under"):
+        w = DatasetWriter(tmp_path / name, features())
+        record(w, "pick", range(2))
+        w.close()
+        sizes[name] = (tmp_path / name / "data/chunk-000/file-000.parquet").stat().st_size
+    w = DatasetWriter(tmp_path / "at", features(), data_file_size_mb=2 * sizes["at"] / 2**20)
+    record(w, "pick", range(2, 4))
+    w.close()
+    assert data_column(tmp_path / "at", "index", file=1) == [2, 3]
+    w = DatasetWriter(tmp_path / "under", features(), data_file_size_mb=(2 * sizes["under"] + 1) / 2**20)
+    record(w, "pick", range(2, 4))
+    w.close()
+    assert data_column(tmp_path / "under", "index") == [0, 1, 2, 3]
 
 
 def test_an_episodes_file_is_full_at_its_limit(tmp_path: Path) -> None:
