@@ -564,6 +564,35 @@ SCOPES: dict[str, Scope] = {
     # daemon's handle on a stand-in process (real pipes): replies, results, a death and its
     # replacement, closing. Starting a real spawned process is left to test_encoder_process.py.
     "recording-encoder": Scope(("runtime/recording/encoder_process.py",), ("tests/recording/test_encoder_parts.py",)),
+    # The dataset writer on stand-in video calls (what it asks of append_video and video_info): a
+    # dataset created, continued or refused, each episode's rows, metadata, statistics and totals,
+    # files rolled over at their size limits, the lock, aborts and what they leave behind.
+    "recording-writer": Scope(("runtime/recording/writer.py",), ("tests/recording/test_writer.py",)),
+    # `dataset check` rule by rule on datasets the dataset writer makes and stand-in videos: every
+    # problem named by file and field, word for word, and what it stops the checker reading. Two
+    # scopes of one module, each in minutes: the report, info.json, tasks and episodes; then the
+    # data files, the videos and stats.json.
+    "recording-check-meta": Scope(
+        ("runtime/recording/check.py",),
+        ("tests/recording/test_check_rules.py", "tests/recording/test_check_malformed.py"),
+            f"runtime.recording.check.{f}*"
+            for f in (
+                "xǁCheckReportǁ",
+                "x__stat_shape",
+                "x_check_dataset",
+                "x__check_info",
+                "x__check_feature",
+                "x__check_tasks",
+                "x__check_episodes",
+                "x__check_column",
+            )
+        ),
+    ),
+    "recording-check-files": Scope(
+        ("runtime/recording/check.py",),
+        ("tests/recording/test_check_rules.py", "tests/recording/test_check_malformed.py"),
+        tuple(f"runtime.recording.check.x__check_{f}*" for f in ("data", "videos", "stats")),
+    ),
 }
 
 

@@ -151,12 +151,14 @@ def _check_feature(report: CheckReport, key: str, ft: Any) -> None:
         report.add(where, f"shape: expected [height, width, channels] for a video, found {shape!r}")
 
 
-def _check_tasks(report: CheckReport, info: dict[str, Any]) -> list[str]:
+def _check_tasks(report: CheckReport, info: dict[str, Any]) -> list[str] | None:
+    """The task texts by task_index; None when they cannot be read (the problem is reported)."""
     where = layout.TASKS_PATH
     path = report.root / where
     if not path.exists():
         if info["total_episodes"]:
             report.add(where, "missing")
+            return None
         return []
     pq = tables.pa().parquet
     table = pq.read_table(path)
@@ -169,12 +171,13 @@ def _check_tasks(report: CheckReport, info: dict[str, Any]) -> list[str]:
             report.add(where, f"pandas index_columns: expected ['__index_level_0__'], found {index_columns}")
     if set(table.column_names) != {"task_index", "__index_level_0__"}:
         report.add(where, f"columns: expected task_index and the task text index, found {table.column_names}")
-        return []
+        return None
     arrow = tables.pa()
+    before = len(report.problems)  # problems elsewhere do not stop the tasks being read
     _check_column(report, where, table, "task_index", arrow.int64())
     _check_column(report, where, table, "__index_level_0__", arrow.string())
-    if report.problems:
-        return []
+    if len(report.problems) > before:
+        return None
     indices = table.column("task_index").to_pylist()
     texts = table.column("__index_level_0__").to_pylist()
     if sorted(indices) != list(range(len(indices))):
@@ -187,7 +190,7 @@ def _check_tasks(report: CheckReport, info: dict[str, Any]) -> list[str]:
     return [by_index.get(i, "") for i in range(len(indices))]
 
 
-def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str]) -> list[dict[str, Any]] | None:
+def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str] | None) -> list[dict[str, Any]] | None:
     features = info["features"]
     files = sorted((report.root / layout.EPISODES_DIR).glob("*/*.parquet"))
     if not files:
@@ -197,9 +200,11 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
     pq = tables.pa().parquet
     expected = tables.episodes_schema(features)
     rows: list[dict[str, Any]] = []
+    before = len(report.problems)  # problems of other files do not stop these rows being read
     for path in files:
         where = str(path.relative_to(report.root))
         table = pq.read_table(path)
+        file_before = len(report.problems)
         for name in expected.names:
             # the drop columns are this recorder's own: a dataset LeRobot wrote has none
             if name.startswith(("stats/", tables.DROPS_PREFIX)) or name in ("tasks",):
@@ -221,7 +226,7 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
                     if got != want:
                         report.add(where, f"{col}: expected shape {want}, found {got}")
                         break
-        if report.problems:  # the rows below are read by these columns
+        if len(report.problems) > file_before:  # the rows below are read by these columns
             continue
         names = [n for n in table.column_names if not n.startswith("stats/")]
         for row in table.select(names).to_pylist():
@@ -229,7 +234,7 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
             if layout.episodes_file(report.root, *expected_place) != path:
                 report.add(where, f"episode {row.get('episode_index')}: meta/episodes indices say {expected_place}")
             rows.append(row)
-    if report.problems:
+    if len(report.problems) > before:
         return None
     rows.sort(key=lambda r: r["episode_index"])
     where = layout.EPISODES_DIR
@@ -249,7 +254,7 @@ def _check_episodes(report: CheckReport, info: dict[str, Any], tasks: list[str])
             )
         position += r["length"]
         for task in r.get("tasks") or []:
-            if task not in tasks:
+            if tasks is not None and task not in tasks:
                 report.add(where, f"{ep}: task {task!r} is not in {layout.TASKS_PATH}")
     if position != info["total_frames"]:
         report.add(where, f"episode lengths add up to {position}, info.json total_frames is {info['total_frames']}")
