@@ -575,6 +575,7 @@ SCOPES: dict[str, Scope] = {
     "recording-check-meta": Scope(
         ("runtime/recording/check.py",),
         ("tests/recording/test_check_rules.py", "tests/recording/test_check_malformed.py"),
+        tuple(
             f"runtime.recording.check.{f}*"
             for f in (
                 "xǁCheckReportǁ",
