@@ -506,6 +506,18 @@ SCOPES: dict[str, Scope] = {
     # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
     # an episode's rows in a shared data file, columns in their features' types, observations.
     "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
+    # The command line's entry point and its small commands, in process with stand-ins for the client,
+    # the installer, the checker and the benchmarks: every command and option with its default and help,
+    # exit statuses by kind of failure, what each handler is handed and prints.
+    "commands-cli": Scope(
+        (
+            "runtime/cli.py",
+            "runtime/__main__.py",
+            "runtime/arm/__main__.py",
+            *(f"runtime/commands/{m}.py" for m in ("arm", "bundle", "status", "dataset")),
+        ),
+        tuple(f"tests/commands/test_{m}.py" for m in ("cli", "arm", "bundle", "status", "dataset")),
+    ),
 }
 
 
