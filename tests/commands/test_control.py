@@ -59,7 +59,15 @@ def _sent(command: str, who: str = "", reason: str = "", latch: int | None = Non
 
 def test_the_control_options() -> None:
     assert options("control") == [
-        ("control_command", None, None, ("start", "stop", "estop", "release", "status", "dump", "teleop"), True, None, None),
+        (
+            "control_command",
+            None,
+            None,
+            ("start", "stop", "estop", "release", "status", "dump", "teleop"),
+            True,
+            None,
+            None,
+        ),
         (
             "--connect",
             "ipc://policy.sock",
