@@ -518,6 +518,13 @@ SCOPES: dict[str, Scope] = {
         ),
         tuple(f"tests/commands/test_{m}.py" for m in ("cli", "arm", "bundle", "status", "dataset")),
     ),
+    # The operator's commands in process: control (a release naming the latch status shows now, refusals
+    # on stderr), camera, replay and the loop's benchmarks; teleop (the lead's bound, the leader opened,
+    # the station refused, everything closed however it ends) with stand-ins for client, leader, station.
+    "commands-control": Scope(
+        ("runtime/commands/control.py", "runtime/commands/teleop.py"),
+        ("tests/commands/test_control.py", "tests/commands/test_teleop.py"),
+    ),
 }
 
 
