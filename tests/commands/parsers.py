@@ -43,3 +43,8 @@ def defaults(*argv: str) -> dict[str, Any]:
     for key in ("func", "log_level"):
         args.pop(key)
     return args
+
+
+def handler(*argv: str) -> Any:
+    """The function ``lerobot-runtime ARGV`` runs."""
+    return build_parser().parse_args(list(argv)).func

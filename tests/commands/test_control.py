@@ -14,11 +14,12 @@ import pytest
 import runtime.bench.loop
 import runtime.bench.rtc
 import runtime.client
+import runtime.commands.control
 import runtime.control.replay
 import runtime.producers.camera
 from runtime.cli import main
 from runtime.protocol.errors import ControlRefusedError, ServerError
-from tests.commands.parsers import defaults, options
+from tests.commands.parsers import defaults, handler, options
 
 
 class Client:
@@ -381,6 +382,12 @@ def test_bench_rtc_runs_with_the_settings_given(
 
 
 def test_the_defaults_parsed() -> None:
+    control = runtime.commands.control
+    assert handler("control", "stop") is control._control
+    assert handler("camera") is control._camera
+    assert handler("replay", "f.npz") is control._replay
+    assert handler("bench", "loop") is control._bench_loop
+    assert handler("bench", "rtc") is control._bench_rtc
     assert defaults("control", "dump") == {
         "command": "control",
         "control_command": "dump",

@@ -17,7 +17,7 @@ import runtime.config
 import runtime.status
 from runtime.cli import main
 from runtime.protocol.errors import BusyError, ServerError
-from tests.commands.parsers import options
+from tests.commands.parsers import handler, options
 
 
 class Client:
@@ -87,6 +87,7 @@ def test_the_options() -> None:
         ("--json", False, None, None, False, None, "print JSON"),
     ]
     assert runtime.commands.status.DEFAULT_CONFIG == "/etc/lerobot-runtime/config.toml"
+    assert handler("status") is runtime.commands.status._status
 
 
 def test_connect_is_asked_as_given_and_no_config_is_read(

@@ -12,12 +12,13 @@ import pytest
 
 import runtime.bench.teleop
 import runtime.client
+import runtime.commands.teleop
 import runtime.teleop.leader
 import runtime.teleop.station
 import runtime.teleop.terminal
 from runtime.cli import main
 from runtime.protocol.errors import SessionHeldError
-from tests.commands.parsers import defaults, options
+from tests.commands.parsers import defaults, handler, options
 
 SIM_CALIBRATION = str(Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml")
 
@@ -150,6 +151,8 @@ def test_the_options() -> None:
         ("--json", False, None, None, False, None, "print the result as JSON"),
     ]
     assert defaults("teleop", "--leader-sim")["leader_port"] is None
+    assert handler("teleop", "--leader-port", "p") is runtime.commands.teleop._teleop
+    assert handler("bench", "teleop") is runtime.commands.teleop._bench_teleop
 
 
 @pytest.mark.parametrize(
