@@ -172,3 +172,17 @@ def test_a_relative_ipc_endpoint_is_looked_for_in_the_runtime_directory(
     monkeypatch.setattr(runtime.server.instance, "lock_holder", lambda path: asked.append(path))
     assert daemon_pid(SimpleNamespace(server=SimpleNamespace(endpoints=("ipc://policy.sock",)))) is None  # type: ignore[arg-type]
     assert asked == [tmp_path / "policy.sock.lock"]
+
+
+def test_an_action_and_a_source_are_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bundle"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "usage: lerobot-runtime bundle [-h] ACTION ...\n"
+        "lerobot-runtime bundle: error: the following arguments are required: ACTION\n"
+    )
+    with pytest.raises(SystemExit) as exit_:
+        main(["bundle", "install"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith("error: the following arguments are required: SRC\n")

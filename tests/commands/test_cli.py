@@ -23,7 +23,7 @@ from runtime.errors import (
     LerobotRuntimeError,
     ParityError,
 )
-from tests.commands.parsers import actions, options
+from tests.commands.parsers import actions, defaults, options
 
 
 def _failing_with(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
@@ -103,6 +103,7 @@ def test_every_command_and_benchmark_is_offered_with_what_it_does() -> None:
         ),
     ]
     assert options("bench") == []
+    assert defaults("bench", "ipc") == {"command": "bench", "bench": "ipc", "messages": 2000, "json": False}
 
 
 def test_the_handlers_status_is_the_exit_status_and_info_the_default_level(monkeypatch: pytest.MonkeyPatch) -> None:

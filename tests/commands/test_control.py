@@ -17,7 +17,7 @@ import runtime.client
 import runtime.commands.control
 import runtime.control.replay
 import runtime.producers.camera
-from runtime.cli import main
+from runtime.cli import build_parser, main
 from runtime.protocol.errors import ControlRefusedError, ServerError
 from tests.commands.parsers import defaults, handler, options
 
@@ -59,7 +59,8 @@ def _sent(command: str, who: str = "", reason: str = "", latch: int | None = Non
 
 
 def test_the_control_options() -> None:
-    assert options("control") == [
+    root = build_parser()
+    assert options("control", root=root) == [
         (
             "control_command",
             None,
@@ -105,7 +106,8 @@ def test_the_control_options() -> None:
 
 
 def test_the_camera_replay_and_bench_options() -> None:
-    assert options("camera") == [
+    root = build_parser()
+    assert options("camera", root=root) == [
         ("--device", None, None, None, False, "DEV", "a V4L2 device (/dev/video0) or index (needs the camera extra)"),
         ("--synthetic", False, None, None, False, None, "a moving test pattern (the default)"),
         ("--input", "observation.images.front", None, None, False, None, "the policy input the frames fill"),
@@ -123,13 +125,13 @@ def test_the_camera_replay_and_bench_options() -> None:
         ("--height", 96, int, None, False, None, None),
         ("--frames", 0, int, None, False, None, "stop after this many frames (0: run until Ctrl-C)"),
     ]
-    assert options("replay") == [
+    assert options("replay", root=root) == [
         ("file", None, None, None, True, "FILE", "a flight-*.npz from the state directory"),
         ("--png", None, None, None, False, "OUT", "where to draw it (default: FILE with .png)"),
         ("--no-png", False, None, None, False, None, "summary only"),
         ("--json", False, None, None, False, None, "print the summary as JSON"),
     ]
-    assert options("bench", "loop") == [
+    assert options("bench", "loop", root=root) == [
         ("--bundle", None, None, None, False, "DIR", "bundle to run (default: the built-in ACT-size bundle)"),
         ("--demo", False, None, None, False, None, "use the small demo bundle instead of the ACT-size one"),
         ("--seconds", 10.0, float, None, False, None, "measured seconds per case (default 10)"),
@@ -137,7 +139,7 @@ def test_the_camera_replay_and_bench_options() -> None:
         ("--steps", "100,10", None, None, False, None, "n_action_steps values to run (default 100,10)"),
         ("--json", False, None, None, False, None, "print the result as JSON"),
     ]
-    assert options("bench", "rtc") == [
+    assert options("bench", "rtc", root=root) == [
         ("--seconds", 15.0, float, None, False, None, "measured seconds per run (default 15)"),
         ("--rate-hz", 100.0, float, None, False, None, "control rate (default 100)"),
         (
@@ -382,13 +384,14 @@ def test_bench_rtc_runs_with_the_settings_given(
 
 
 def test_the_defaults_parsed() -> None:
+    root = build_parser()
     control = runtime.commands.control
-    assert handler("control", "stop") is control._control
-    assert handler("camera") is control._camera
-    assert handler("replay", "f.npz") is control._replay
-    assert handler("bench", "loop") is control._bench_loop
-    assert handler("bench", "rtc") is control._bench_rtc
-    assert defaults("control", "dump") == {
+    assert handler("control", "stop", root=root) is control._control
+    assert handler("camera", root=root) is control._camera
+    assert handler("replay", "f.npz", root=root) is control._replay
+    assert handler("bench", "loop", root=root) is control._bench_loop
+    assert handler("bench", "rtc", root=root) is control._bench_rtc
+    assert defaults("control", "dump", root=root) == {
         "command": "control",
         "control_command": "dump",
         "connect": "ipc://policy.sock",

@@ -85,3 +85,13 @@ def test_bench_record_runs_each_codec_and_camera_count_given(
         {"codecs": ["libx264", "h264_vaapi"], "cameras": [2, 1], "height": 96, "width": 128, "fps": 10, "seconds": 0.5},
     ]
     assert capsys.readouterr().out == 'table of result\n{\n  "rows": [\n    "result"\n  ]\n}\n'
+
+
+def test_an_action_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["dataset"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "usage: lerobot-runtime dataset [-h] ACTION ...\n"
+        "lerobot-runtime dataset: error: the following arguments are required: ACTION\n"
+    )

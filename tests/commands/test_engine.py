@@ -23,7 +23,7 @@ import runtime.bundle.lerobot
 import runtime.bundle.quantize
 import runtime.commands.engine
 import runtime.engine.loader
-from runtime.cli import main
+from runtime.cli import build_parser, main
 from runtime.commands.engine import parse_cpu_list, parse_devices
 from runtime.engine.config import EngineConfig
 from runtime.errors import BundleError, ParityError
@@ -120,7 +120,8 @@ ENGINE_OPTIONS = [
 
 
 def test_the_export_options() -> None:
-    assert options("export") == [
+    root = build_parser()
+    assert options("export", root=root) == [
         (
             "--factory",
             None,
@@ -215,12 +216,13 @@ def test_the_export_options() -> None:
 
 
 def test_the_lower_quantize_and_check_options() -> None:
-    assert options("lower") == [
+    root = build_parser()
+    assert options("lower", root=root) == [
         ("bundle", None, None, None, True, "BUNDLE", None),
         ("--device", None, None, ["CPU", "GPU", "NPU"], True, None, None),
         ("--precision", None, None, ["f32", "f16", "bf16"], False, None, None),
     ]
-    assert options("quantize") == [
+    assert options("quantize", root=root) == [
         ("bundle", None, None, None, True, "BUNDLE", "an f32 bundle with its portable program (model.pt2)"),
         (
             "--calibration",
@@ -253,7 +255,7 @@ def test_the_lower_quantize_and_check_options() -> None:
         ),
         ("--held-out", 0.25, float, None, False, None, "fraction of observations held out (default 0.25)"),
     ]
-    assert options("check") == [
+    assert options("check", root=root) == [
         ("bundle", "", None, None, False, "BUNDLE", "bundle directory (default: the built-in demo bundle)"),
         *ENGINE_OPTIONS,
         ("--runs", 30, int, None, False, None, "timed inferences after warm-up (default 30)"),
@@ -264,7 +266,8 @@ def test_the_lower_quantize_and_check_options() -> None:
 
 
 def test_the_bench_engine_options() -> None:
-    assert options("bench", "engine") == [
+    root = build_parser()
+    assert options("bench", "engine", root=root) == [
         (
             "--factory",
             "runtime.policies.act:make_act_policy",
@@ -329,11 +332,11 @@ def test_the_bench_engine_options() -> None:
         ("--json", False, None, None, False, None, None),
     ]
     engine = runtime.commands.engine
-    assert handler("export", "--factory", "f.py:f", "--out", "o") is engine.cmd_export
-    assert handler("lower", "b", "--device", "CPU") is engine.cmd_lower
-    assert handler("quantize", "b", "--calibration", "c", "--out", "o") is engine.cmd_quantize
-    assert handler("check") is engine.cmd_check
-    assert handler("bench", "engine") is engine.cmd_bench_engine
+    assert handler("export", "--factory", "f.py:f", "--out", "o", root=root) is engine.cmd_export
+    assert handler("lower", "b", "--device", "CPU", root=root) is engine.cmd_lower
+    assert handler("quantize", "b", "--calibration", "c", "--out", "o", root=root) is engine.cmd_quantize
+    assert handler("check", root=root) is engine.cmd_check
+    assert handler("bench", "engine", root=root) is engine.cmd_bench_engine
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ import runtime.daemon
 import runtime.engine.loader
 import runtime.server.synthetic
 import runtime.status
-from runtime.cli import main
+from runtime.cli import build_parser, main
 from runtime.engine.config import EngineConfig
 from runtime.protocol.errors import BadInputError, ServerError
 from tests.commands.parsers import defaults, handler, options
@@ -42,10 +42,11 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
 
 
 def test_the_serve_infer_and_keys_options() -> None:
-    assert options("serve") == [
+    root = build_parser()
+    assert options("serve", root=root) == [
         ("--config", None, None, None, False, "FILE", "daemon TOML config (default: built-in defaults, demo bundle)")
     ]
-    assert options("infer") == [
+    assert options("infer", root=root) == [
         (
             "--connect",
             None,
@@ -97,7 +98,7 @@ def test_the_serve_infer_and_keys_options() -> None:
         ("--timeout-s", 30.0, float, None, False, None, "how long to wait for the chunk (default 30)"),
         ("--json", False, None, None, False, None, "print the chunk and timing as JSON"),
     ]
-    assert options("keys") == [
+    assert options("keys", root=root) == [
         ("--out", None, None, None, True, "DIR", "folder to write NAME.key and NAME.key_secret"),
         ("--name", "client", None, None, False, None, "key file base name (default: client)"),
         (
@@ -113,7 +114,8 @@ def test_the_serve_infer_and_keys_options() -> None:
 
 
 def test_the_benchmarks_options() -> None:
-    assert options("bench", "serve") == [
+    root = build_parser()
+    assert options("bench", "serve", root=root) == [
         ("--json", False, None, None, False, None, "print the result as JSON"),
         (
             "--bundle",
@@ -128,7 +130,7 @@ def test_the_benchmarks_options() -> None:
         ("--control-cpu", 0, int, None, False, None, "CPU of the client process (default 0)"),
         ("--requests", 300, int, None, False, None, "measured requests per transport (default 300)"),
     ]
-    assert options("bench", "canary") == [
+    assert options("bench", "canary", root=root) == [
         ("--json", False, None, None, False, None, "print the result as JSON"),
         ("--bundle", None, None, None, False, "DIR", "bundle to serve (default: the ACT-size model built in code)"),
         ("--act", False, None, None, False, None, "serve the built-in ACT-size bundle (exported on first use)"),
@@ -136,7 +138,7 @@ def test_the_benchmarks_options() -> None:
         ("--requests", 300, int, None, False, None, "measured requests per run (default 300)"),
         ("--checks", 100, int, None, False, None, "timed checks for the cost per check (default 100)"),
     ]
-    assert options("bench", "soak") == [
+    assert options("bench", "soak", root=root) == [
         ("--minutes", 10.0, float, None, False, None, "how long the load runs (default 10)"),
         (
             "--bundle",
@@ -159,14 +161,19 @@ def test_the_benchmarks_options() -> None:
         ),
         ("--json", False, None, None, False, None, "print the result as JSON"),
     ]
-    assert defaults("keys", "--out", "k") == {"command": "keys", "out": "k", "name": "client", "force": False}
+    assert defaults("keys", "--out", "k", root=root) == {
+        "command": "keys",
+        "out": "k",
+        "name": "client",
+        "force": False,
+    }
     serve = runtime.commands.serve
-    assert handler("serve") is serve._serve
-    assert handler("infer") is serve._infer
-    assert handler("keys", "--out", "k") is serve._keys
-    assert handler("bench", "serve") is serve._bench_serve
-    assert handler("bench", "canary") is serve._bench_canary
-    assert handler("bench", "soak") is serve._bench_soak
+    assert handler("serve", root=root) is serve._serve
+    assert handler("infer", root=root) is serve._infer
+    assert handler("keys", "--out", "k", root=root) is serve._keys
+    assert handler("bench", "serve", root=root) is serve._bench_serve
+    assert handler("bench", "canary", root=root) is serve._bench_canary
+    assert handler("bench", "soak", root=root) is serve._bench_soak
 
 
 # --- serve ---------------------------------------------------------------------------------------

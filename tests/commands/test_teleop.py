@@ -16,7 +16,7 @@ import runtime.commands.teleop
 import runtime.teleop.leader
 import runtime.teleop.station
 import runtime.teleop.terminal
-from runtime.cli import main
+from runtime.cli import build_parser, main
 from runtime.protocol.errors import SessionHeldError
 from tests.commands.parsers import defaults, handler, options
 
@@ -109,7 +109,8 @@ def station(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
 
 
 def test_the_options() -> None:
-    assert options("teleop") == [
+    root = build_parser()
+    assert options("teleop", root=root) == [
         ("--leader-port", None, None, None, False, "PORT", "the leader arm's serial port (/dev/ttyACM1)"),
         ("--leader-sim", False, None, None, False, None, "a simulated leader that moves by itself (demo)"),
         (
@@ -145,14 +146,14 @@ def test_the_options() -> None:
         ),
         ("--steps", 0, int, None, False, None, "stop after this many targets (0: until q)"),
     ]
-    assert options("bench", "teleop") == [
+    assert options("bench", "teleop", root=root) == [
         ("--seconds", 10.0, float, None, False, None, "measured seconds (default 10)"),
         ("--rate", 30.0, float, None, False, None, "control rate, Hz (default 30)"),
         ("--json", False, None, None, False, None, "print the result as JSON"),
     ]
-    assert defaults("teleop", "--leader-sim")["leader_port"] is None
-    assert handler("teleop", "--leader-port", "p") is runtime.commands.teleop._teleop
-    assert handler("bench", "teleop") is runtime.commands.teleop._bench_teleop
+    assert defaults("teleop", "--leader-sim", root=root)["leader_port"] is None
+    assert handler("teleop", "--leader-port", "p", root=root) is runtime.commands.teleop._teleop
+    assert handler("bench", "teleop", root=root) is runtime.commands.teleop._bench_teleop
 
 
 @pytest.mark.parametrize(
