@@ -20,8 +20,6 @@ from runtime.cli import build_parser, main
 from runtime.protocol.errors import SessionHeldError
 from tests.commands.parsers import defaults, handler, options
 
-SIM_CALIBRATION = str(Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml")
-
 
 class Leader:
     def __init__(self, calls: list[Any], *made: Any) -> None:
@@ -87,7 +85,7 @@ def station(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
     calls: list[Any] = []
     Station.calls, Station.open_fails, Station.run_stops = calls, None, None
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path))
-    monkeypatch.delenv("LEROBOT_RUNTIME_DATA", raising=False)
+    monkeypatch.setenv("LEROBOT_RUNTIME_DATA", str(tmp_path / "share"))
     monkeypatch.setattr(runtime.client, "PolicyClient", Client)
     monkeypatch.setattr(runtime.teleop.station, "Station", Station)
     monkeypatch.setattr(runtime.teleop.terminal, "status_printer", Show)
@@ -171,7 +169,7 @@ def test_a_simulated_leader_wanders_and_the_station_runs_until_quit_then_everyth
 ) -> None:
     assert main(["teleop", "--leader-sim"]) == 0
     assert station == [
-        ("sim", SIM_CALIBRATION, "feetech"),
+        ("sim", f"{tmp_path}/share/configs/calibration/so101_sim.toml", "feetech"),
         "wander",
         ("station", f"ipc://{tmp_path}/policy.sock", 0.5, "SimLeader", "", "teleop", 8.0),
         "open",
