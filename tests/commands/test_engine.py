@@ -782,7 +782,7 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
                 "speedup_vs_eager": 4.7,
                 "error": 0.0123,
                 "precision": "bf16",
-                "error_units": "action std",
+                "error_units": "the first row's units are the ones said",
             },
         ],
         "refused": {"executorch int8": "no INT8 kernels"},

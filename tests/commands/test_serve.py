@@ -438,8 +438,18 @@ def engines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
             made.append(("synthetic", spec))
 
     monkeypatch.setattr(runtime.server.synthetic, "SyntheticEngine", Synthetic)
-    monkeypatch.setattr(runtime.server.synthetic, "example_observation", lambda spec: {"obs": np.ones(2)})
-    monkeypatch.setattr(runtime.server.synthetic, "reference_actions", lambda spec, obs: np.full(2, 7.0))
+    observation = {"obs": np.ones(2)}
+
+    def example_observation(spec: Any) -> dict[str, np.ndarray]:
+        made.append(("example", spec))
+        return observation
+
+    def reference_actions(spec: Any, obs: Any) -> np.ndarray:
+        made.append(("reference", spec, obs is observation))
+        return np.full(2, 7.0)
+
+    monkeypatch.setattr(runtime.server.synthetic, "example_observation", example_observation)
+    monkeypatch.setattr(runtime.server.synthetic, "reference_actions", reference_actions)
     monkeypatch.setattr(
         runtime.engine.loader, "load_engine", lambda config: made.append(("loaded", config)) or "engine"
     )
@@ -461,7 +471,8 @@ def test_bench_serve_serves_the_model_built_in_code_with_its_reference_as_test_c
     assert main(["bench", "serve"]) == 0
     ((engine, kw),) = runs
     assert kw == {"n": 300, "control_cpu": 0}
-    assert engines == [("synthetic", runtime.server.synthetic.ACT)]
+    act = runtime.server.synthetic.ACT
+    assert engines == [("example", act), ("reference", act, True), ("synthetic", act)]
     case = engine.test_case
     assert list(case.inputs) == ["obs"] and case.tolerance == {"f32": 1e-4}
     assert list(case.outputs) == [runtime.server.synthetic.ACTION]
@@ -496,7 +507,7 @@ def test_bench_canary_runs_with_the_counts_given(
         {"requests": 300, "checks": 100, "control_cpu": 0},
         {"requests": 9, "checks": 3, "control_cpu": 1},
     ]
-    assert engines[1] == ("loaded", EngineConfig(bundle="/store/act", devices=("CPU",), control_cpu=1))
+    assert engines[-1] == ("loaded", EngineConfig(bundle="/store/act", devices=("CPU",), control_cpu=1))
     assert capsys.readouterr().out == "table {'r': 2}\n{\n  \"r\": 2\n}\n"
 
 
