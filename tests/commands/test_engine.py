@@ -639,7 +639,7 @@ def test_check_loads_with_the_options_given_times_the_runs_and_reports_as_json(
         "--cpus",
         "1-3",
         "--control-cpu",
-        "0",
+        "4",
     ]
     assert main(["check", *argv, "--threads", "3", "--runs", "3", "--parity-runs", "4", "--json"]) == 0
     assert check.calls == [
@@ -653,7 +653,7 @@ def test_check_loads_with_the_options_given_times_the_runs_and_reports_as_json(
                 devices=("CPU",),
                 precision="bf16",
                 cpus=(1, 2, 3),
-                control_cpu=0,
+                control_cpu=4,
                 threads=3,
                 parity_runs=4,
                 allow_parity_failure=True,
