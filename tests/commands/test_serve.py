@@ -237,7 +237,7 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> type[Client]:
     Client.made, Client.sent, Client.fail = [], [], None
     Client.info = SimpleNamespace(
         policy_name="act",
-        inputs=(_tensor("observation.state", (3,), "float32"), _tensor("observation.images.front", (2, 2, 3), "uint8")),
+        inputs=(_tensor("observation.state", (3,), "float32"), _tensor("observation.images.front", (8, 8, 3), "uint8")),
         takes_task=False,
         action_names=("shoulder", "elbow"),
     )
@@ -260,7 +260,7 @@ def test_infer_sends_seeded_random_inputs_of_hellos_shapes_and_prints_the_first_
     assert kw == {"reset": False, "task": None, "prefix": None, "delay": None}
     rng = np.random.default_rng(0)
     state = rng.standard_normal((3,)).astype("float32")
-    image = rng.integers(0, 256, (2, 2, 3), dtype=np.uint8)
+    image = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
     assert list(observation) == ["observation.state", "observation.images.front"]
     assert observation["observation.state"].dtype == np.float32
     np.testing.assert_array_equal(observation["observation.state"], state)
