@@ -518,11 +518,11 @@ SCOPES: dict[str, Scope] = {
         ),
         tuple(f"tests/commands/test_{m}.py" for m in ("cli", "arm", "bundle", "status", "dataset")),
     ),
-    # The parsers of the larger commands (control, camera, replay, teleop, serve, infer, keys, export, lower,
-    # quantize, check and their benchmarks): every option's name, default, type, choices, metavar and help,
-    # the handler each runs, usage errors. Only the option tests run, so each mutant takes a fraction of a second.
+    # The parsers of the larger commands (control, camera, replay, teleop, serve, infer, keys and their
+    # benchmarks): every option's name, default, type, choices, metavar and help, the handler each runs, usage
+    # errors. Only the option tests run, so each mutant takes a fraction of a second.
     "commands-parsers": Scope(
-        tuple(f"runtime/commands/{m}.py" for m in ("control", "teleop", "serve", "engine")),
+        tuple(f"runtime/commands/{m}.py" for m in ("control", "teleop", "serve")),
         (
             *(
                 f"tests/commands/test_control.py::{t}"
@@ -537,20 +537,22 @@ SCOPES: dict[str, Scope] = {
             "tests/commands/test_teleop.py::test_a_leader_is_needed_one_way_only",
             "tests/commands/test_serve.py::test_the_serve_infer_and_keys_options",
             "tests/commands/test_serve.py::test_the_benchmarks_options",
-            *(
-                f"tests/commands/test_engine.py::{t}"
-                for t in (
-                    "test_the_export_options",
-                    "test_the_lower_quantize_and_check_options",
-                    "test_the_bench_engine_options",
-                    "test_a_bad_command_line_is_a_usage_error",
-                )
-            ),
         ),
-        (
-            *(f"runtime.commands.{m}.x_register*" for m in ("control", "teleop", "serve", "engine")),
-            "runtime.commands.engine.x__add_engine_options*",
+        tuple(f"runtime.commands.{m}.x_register*" for m in ("control", "teleop", "serve")),
+    ),
+    # The same for export, lower, quantize, check and bench engine, and the engine options check shares.
+    "commands-parsers-engine": Scope(
+        ("runtime/commands/engine.py",),
+        tuple(
+            f"tests/commands/test_engine.py::{t}"
+            for t in (
+                "test_the_export_options",
+                "test_the_lower_quantize_and_check_options",
+                "test_the_bench_engine_options",
+                "test_a_bad_command_line_is_a_usage_error",
+            )
         ),
+        ("runtime.commands.engine.x_register*", "runtime.commands.engine.x__add_engine_options*"),
     ),
     # The operator's commands' handlers in process: control (a release naming the latch status shows now,
     # refusals on stderr), camera, replay and the loop's benchmarks; teleop (the lead's bound, the leader
