@@ -574,7 +574,7 @@ class Engine:
 def check(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     """The loader, the bundle, the clock and the process's memory stood in for; ``parity_ok`` and
     ``quantization`` set what the load reports."""
-    seen = SimpleNamespace(calls=[], parity_ok=True, quantization={}, fail=None)
+    seen = SimpleNamespace(calls=[], parity_ok=True, quantization={}, fail=None, units=None)
     clock = Clock()
     monkeypatch.setattr(runtime.commands.engine.time, "perf_counter", clock)
 
@@ -589,7 +589,7 @@ def check(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
                 "max_abs_err": 0.000123,
                 "tolerance": 0.001,
                 "runs": 16,
-                "units": "absolute",
+                **({} if seen.units is None else {"units": seen.units}),
             },
         )
         report.parity, report.engine_reason, report.skipped_devices = parity, "CPU: the only device", ("NPU",)
@@ -682,7 +682,7 @@ def test_check_loads_with_the_options_given_times_the_runs_and_reports_as_json(
         "cpus": [1, 2, 3],
         "engine_reason": "CPU: the only device",
         "skipped_devices": ["NPU"],
-        "parity": {"ok": True, "max_abs_err": 0.000123, "tolerance": 0.001, "runs": 16, "units": "absolute"},
+        "parity": {"ok": True, "max_abs_err": 0.000123, "tolerance": 0.001, "runs": 16},
         "latency_ms": {"median": 2.5, "p90": 3.0, "runs": 3},
         "timing_ms": {"ready": 1234.4},
         "rss_mb": 300.4,
@@ -882,3 +882,16 @@ def test_bench_engine_prints_a_row_per_engine_the_refusals_and_cold_starts(
     bench.result["machine"]["cpu_flags"] = []
     assert main(["bench", "engine"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "CPU flags: none of AVX2/AVX-512/VNNI/BF16/AMX"
+
+
+def test_check_says_the_parity_error_in_the_units_the_test_case_names(
+    check: SimpleNamespace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check.units = "action std (normalised units)"
+    assert main(["check", "/b", "--runs", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "  parity: ok, max abs error 0.000123 in units of action std (normalised units) (tolerance 0.001, 16 replays)"
+    )
+    check.units = "absolute"
+    assert main(["check", "/b", "--runs", "1"]) == 0
+    assert "max abs error 0.000123 in absolute units (" in capsys.readouterr().out

@@ -525,3 +525,12 @@ def test_bench_soak_runs_with_the_settings_given(
         {"minutes": 0.5, "interval_s": 1.0, "malloc_arena_max": 2, "bundle": "/b"},
     ]
     assert capsys.readouterr().out == "table {'s': 3}\n{\n  \"s\": 3\n}\n"
+
+
+def test_a_chunk_whose_columns_hello_does_not_name_one_for_one_is_not_printed_half_named(
+    daemon: type[Client], caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon.info.action_names = ("shoulder",)
+    assert main(["infer"]) == 1
+    assert capsys.readouterr().out == "act: 3 x 2 in 6.8 ms (infer 4.2)\n"
+    assert _errors(caplog) == [("runtime.cli", "infer failed: ValueError: zip() argument 2 is longer than argument 1")]
