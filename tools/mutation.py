@@ -537,20 +537,24 @@ SCOPES: dict[str, Scope] = {
             "tests/commands/test_teleop.py::test_a_leader_is_needed_one_way_only",
             "tests/commands/test_serve.py::test_the_serve_infer_and_keys_options",
             "tests/commands/test_serve.py::test_the_benchmarks_options",
+            "tests/commands/test_cli.py::test_every_command_and_benchmark_is_offered_with_what_it_does",
         ),
         tuple(f"runtime.commands.{m}.x_register*" for m in ("control", "teleop", "serve")),
     ),
     # The same for export, lower, quantize, check and bench engine, and the engine options check shares.
     "commands-parsers-engine": Scope(
         ("runtime/commands/engine.py",),
-        tuple(
-            f"tests/commands/test_engine.py::{t}"
-            for t in (
-                "test_the_export_options",
-                "test_the_lower_quantize_and_check_options",
-                "test_the_bench_engine_options",
-                "test_a_bad_command_line_is_a_usage_error",
-            )
+        (
+            *(
+                f"tests/commands/test_engine.py::{t}"
+                for t in (
+                    "test_the_export_options",
+                    "test_the_lower_quantize_and_check_options",
+                    "test_the_bench_engine_options",
+                    "test_a_bad_command_line_is_a_usage_error",
+                )
+            ),
+            "tests/commands/test_cli.py::test_every_command_and_benchmark_is_offered_with_what_it_does",
         ),
         ("runtime.commands.engine.x_register*", "runtime.commands.engine.x__add_engine_options*"),
     ),
