@@ -594,6 +594,102 @@ SCOPES: dict[str, Scope] = {
         ("tests/recording/test_check_rules.py", "tests/recording/test_check_malformed.py"),
         tuple(f"runtime.recording.check.x__check_{f}*" for f in ("data", "videos", "stats")),
     ),
+    # The command line's entry point and its small commands, in process with stand-ins for the client,
+    # the installer, the checker and the benchmarks: every command and option with its default and help,
+    # exit statuses by kind of failure, what each handler is handed and prints.
+    "commands-cli": Scope(
+        (
+            "runtime/cli.py",
+            "runtime/__main__.py",
+            "runtime/arm/__main__.py",
+            *(f"runtime/commands/{m}.py" for m in ("arm", "bundle", "status", "dataset")),
+        ),
+        tuple(f"tests/commands/test_{m}.py" for m in ("cli", "arm", "bundle", "status", "dataset")),
+    ),
+    # The parsers of the larger commands (control, camera, replay, teleop, serve, infer, keys and their
+    # benchmarks): every option's name, default, type, choices, metavar and help, the handler each runs, usage
+    # errors. Only the option tests run, so each mutant takes a fraction of a second.
+    "commands-parsers": Scope(
+        tuple(f"runtime/commands/{m}.py" for m in ("control", "teleop", "serve")),
+        (
+            *(
+                f"tests/commands/test_control.py::{t}"
+                for t in (
+                    "test_the_control_options",
+                    "test_the_camera_replay_and_bench_options",
+                    "test_a_bad_command_line_is_a_usage_error",
+                    "test_the_defaults_parsed",
+                )
+            ),
+            "tests/commands/test_teleop.py::test_the_options",
+            "tests/commands/test_teleop.py::test_a_leader_is_needed_one_way_only",
+            "tests/commands/test_serve.py::test_the_serve_infer_and_keys_options",
+            "tests/commands/test_serve.py::test_the_benchmarks_options",
+            "tests/commands/test_cli.py::test_every_command_and_benchmark_is_offered_with_what_it_does",
+        ),
+        tuple(f"runtime.commands.{m}.x_register*" for m in ("control", "teleop", "serve")),
+    ),
+    # The same for export, lower, quantize, check and bench engine, and the engine options check shares.
+    "commands-parsers-engine": Scope(
+        ("runtime/commands/engine.py",),
+        (
+            *(
+                f"tests/commands/test_engine.py::{t}"
+                for t in (
+                    "test_the_export_options",
+                    "test_the_lower_quantize_and_check_options",
+                    "test_the_bench_engine_options",
+                    "test_a_bad_command_line_is_a_usage_error",
+                )
+            ),
+            "tests/commands/test_cli.py::test_every_command_and_benchmark_is_offered_with_what_it_does",
+        ),
+        ("runtime.commands.engine.x_register*", "runtime.commands.engine.x__add_engine_options*"),
+    ),
+    # The operator's commands' handlers in process: control (a release naming the latch status shows now,
+    # refusals on stderr), camera, replay and the loop's benchmarks; teleop (the lead's bound, the leader
+    # opened, the station refused, everything closed however it ends) with stand-ins for client, leader, station.
+    "commands-control": Scope(
+        ("runtime/commands/control.py", "runtime/commands/teleop.py"),
+        ("tests/commands/test_control.py", "tests/commands/test_teleop.py"),
+        (
+            *(f"runtime.commands.control.x__{f}*" for f in ("control", "camera", "replay", "bench_rtc", "bench_loop")),
+            "runtime.commands.teleop.x__teleop*",
+            "runtime.commands.teleop.x__bench_teleop*",
+        ),
+    ),
+    # serve, infer, keys and the serving benchmarks' handlers: the daemon on its config, the observation,
+    # task and prefix an infer sends, refusal (1) and silence (2), key pairs never replaced without --force,
+    # the engine each benchmark serves (stand-ins for client, daemon, loader and benchmarks; real key files).
+    "commands-serve": Scope(
+        ("runtime/commands/serve.py",),
+        ("tests/commands/test_serve.py",),
+        tuple(
+            f"runtime.commands.serve.x__{f}*"
+            for f in ("serve", "infer", "keys", "bench_serve", "bench_canary", "bench_soak", "engine_maker")
+        ),
+    ),
+    # export, lower, quantize, check and bench engine's handlers and the CPU and device lists: options that
+    # do not apply refused, what each is handed, check's report on a clock the test moves and its exit status.
+    "commands-engine": Scope(
+        ("runtime/commands/engine.py",),
+        ("tests/commands/test_engine.py",),
+        tuple(
+            f"runtime.commands.engine.x_{f}*"
+            for f in (
+                "parse_cpu_list",
+                "parse_devices",
+                "_names",
+                "cmd_export",
+                "cmd_quantize",
+                "cmd_lower",
+                "check_bundle",
+                "cmd_check",
+                "cmd_bench_engine",
+                "_units",
+            )
+        ),
+    ),
 }
 
 

@@ -15,7 +15,7 @@ COMMANDS = ("start", "stop", "estop", "release", "status", "dump", "teleop")
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c = commands.add_parser("control", help="start/stop motion, e-stop, release, status of the daemon's arm")
-    c.add_argument("command", choices=COMMANDS)
+    c.add_argument("control_command", choices=COMMANDS)
     c.add_argument(
         "--connect",
         default=DEFAULT_ENDPOINT,
@@ -109,7 +109,7 @@ def _control(args: argparse.Namespace) -> int:
     with PolicyClient(endpoint, timeout_s=args.timeout_s) as client:
         try:
             latch = args.latch
-            if args.command == "release" and latch is None:
+            if args.control_command == "release" and latch is None:
                 # The latch the operator sees now; the daemon refuses the release if another came since.
                 estop = client.control("status")["estop"]
                 if not estop["latched"]:
@@ -117,14 +117,14 @@ def _control(args: argparse.Namespace) -> int:
                     return 1
                 latch = int(estop["latch"])
                 print(f"control release: releasing e-stop latch {latch} ({estop['reason']})")
-            body = client.control(args.command, who=args.who, reason=args.reason, latch=latch, task=args.task)
+            body = client.control(args.control_command, who=args.who, reason=args.reason, latch=latch, task=args.task)
         except ServerError as e:
-            print(f"control {args.command} refused [{e.code}]: {e.message}", file=sys.stderr)
+            print(f"control {args.control_command} refused [{e.code}]: {e.message}", file=sys.stderr)
             return 1
-    if args.json or args.command == "status":
-        print(json.dumps(body, indent=2 if args.command == "status" else None))
+    if args.json or args.control_command == "status":
+        print(json.dumps(body, indent=2 if args.control_command == "status" else None))
     else:
-        print(f"control {args.command}: " + ", ".join(f"{k} {v}" for k, v in body.items()))
+        print(f"control {args.control_command}: " + ", ".join(f"{k} {v}" for k, v in body.items()))
     return 0
 
 
