@@ -391,3 +391,149 @@ def test_torchvision_is_left_alone_when_absent_imported_or_without_a_file(monkey
     monkeypatch.setitem(sys.modules, "torchvision", SimpleNamespace())
     shim._shim_torchvision()
     assert loaded == []
+
+
+# --- SmolVLA: real-time chunking's fields and the checks before tracing (a sample of the module) ---
+
+
+def _smolvla(rtc: Any = None, **config: Any) -> Any:
+    from runtime.bundle.lerobot.smolvla import SmolvlaFamily
+
+    values = {
+        "rtc_config": rtc,
+        "chunk_size": 10,
+        "max_action_dim": 32,
+        "n_action_steps": 5,
+        "adapt_to_pi_aloha": False,
+        "empty_cameras": 0,
+        "n_obs_steps": 1,
+    }
+    values.update(config)
+    loaded = _loaded(SimpleNamespace(config=SimpleNamespace(**values)), chunk=10, steps=5, dim=6)
+    loaded.unnormalizer = SimpleNamespace(_tensor_stats={})
+    return SmolvlaFamily(loaded)
+
+
+def _rtc(**changes: Any) -> Any:
+    values = {
+        "enabled": True,
+        "execution_horizon": 4,
+        "prefix_attention_schedule": SimpleNamespace(value="LINEAR"),
+        "max_guidance_weight": 5.0,
+    }
+    values.update(changes)
+    return SimpleNamespace(**values)
+
+
+def test_smolvla_without_rtc_takes_one_noise_input_and_no_prefix() -> None:
+    for family in (_smolvla(), _smolvla(_rtc(enabled=False))):
+        assert family.rtc_enabled is False
+        assert family.noise_inputs() == {"noise": (10, 32)}
+        assert (family.prefix_inputs(), family.rtc(), family.example_prefix()) == ({}, None, {})
+
+
+def test_smolvla_with_rtc_takes_the_leftover_its_weights_and_the_cap() -> None:
+    family = _smolvla(_rtc())
+    assert family.rtc_enabled is True
+    assert family.prefix_inputs() == {
+        "rtc.prefix": ((10, 6), "prefix"),
+        "rtc.prefix_weights": ((10,), "prefix_weights"),
+        "rtc.max_guidance_weight": ((1,), "guidance"),
+    }
+    assert family.rtc() == {
+        "prefix_input": "rtc.prefix",
+        "weights_input": "rtc.prefix_weights",
+        "guidance_input": "rtc.max_guidance_weight",
+        "chunk_size": 10,
+        "execution_horizon": 4,
+        "prefix_attention_schedule": "LINEAR",
+        "max_guidance_weight": 5.0,
+    }
+    plain = _smolvla(_rtc(prefix_attention_schedule="EXP", execution_horizon=3.0, max_guidance_weight=2))
+    assert plain._rtc_fields() == (3, "EXP", 2.0)
+    assert [type(v) for v in plain._rtc_fields()] == [int, str, float]
+
+
+def test_the_example_prefix_is_a_leftover_around_the_action_statistics_weighted_for_a_short_delay() -> None:
+    family = _smolvla(_rtc())
+    family.loaded.unnormalizer._tensor_stats = {
+        "action": {"mean": torch.full((6,), 10.0), "std": torch.full((6,), 2.0)}
+    }
+    got = family.example_prefix()
+    assert list(got) == ["rtc.prefix", "rtc.prefix_weights", "rtc.max_guidance_weight"]
+    # 0.6 of the 5 steps served: a leftover of 3 steps, seed 1, the rest of the chunk zero
+    leftover = torch.randn(3, 6, generator=torch.Generator().manual_seed(1)) * 2 + 10
+    assert torch.allclose(got["rtc.prefix"][:3], leftover)
+    assert got["rtc.prefix"][3:].abs().sum().item() == 0
+    # a delay of 2 steps frozen, then LINEAR decay up to the horizon of 4 capped at the leftover's 3 steps
+    assert got["rtc.prefix_weights"].tolist() == [1, 1, 0.5, 0, 0, 0, 0, 0, 0, 0]
+    assert got["rtc.max_guidance_weight"].dtype == torch.float32
+    assert got["rtc.max_guidance_weight"].tolist() == [5.0]
+    family.loaded.unnormalizer._tensor_stats = {"action": {"mean": torch.full((6,), 10.0)}}  # no std: as drawn
+    raw = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(family.example_prefix()["rtc.prefix"][:3], raw)
+
+
+def test_smolvlas_rtc_settings_are_refused_before_tracing_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.bundle.lerobot.smolvla as smolvla
+
+    checked: list[Any] = []
+    monkeypatch.setattr(smolvla, "_check_guidance", checked.append)
+    where = "/ck/config.json"
+    for rtc, message in (
+        (_rtc(execution_horizon=0), f"{where}: field 'rtc_config.execution_horizon': expected >= 1 step, got 0"),
+        (
+            _rtc(prefix_attention_schedule="CUBIC"),
+            f"{where}: field 'rtc_config.prefix_attention_schedule': expected one of ZEROS, ONES, LINEAR, EXP, "
+            "got 'CUBIC'",
+        ),
+        (_rtc(max_guidance_weight=0.0), f"{where}: field 'rtc_config.max_guidance_weight': expected > 0, got 0.0"),
+        (_rtc(max_guidance_weight=-1), f"{where}: field 'rtc_config.max_guidance_weight': expected > 0, got -1.0"),
+        (
+            _rtc(max_guidance_weight=float("inf")),
+            f"{where}: field 'rtc_config.max_guidance_weight': expected > 0, got inf",
+        ),
+    ):
+        with pytest.raises(ExportError) as e:
+            _smolvla(rtc)._check_rtc()
+        assert str(e.value) == message
+    assert checked == []
+    good = _rtc(execution_horizon=1)
+    _smolvla(good)._check_rtc()
+    assert checked == [good]
+
+
+def test_smolvlas_settings_a_program_cannot_hold_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.bundle.lerobot.smolvla as smolvla
+
+    where = "/ck/config.json"
+    for config, message in (
+        (
+            {"adapt_to_pi_aloha": True},
+            f"{where}: field 'adapt_to_pi_aloha': expected false (Aloha's conversions), got true",
+        ),
+        ({"empty_cameras": 2}, f"{where}: field 'empty_cameras': expected 0 (every camera an input), got 2"),
+        ({"n_obs_steps": 2}, f"{where}: field 'n_obs_steps': expected 1 (SmolVLA looks at one observation), got 2"),
+    ):
+        with pytest.raises(ExportError) as e:
+            _smolvla(**config).check()
+        assert str(e.value) == message
+    # the RTC settings are checked first
+    monkeypatch.setattr(smolvla, "_check_guidance", lambda rtc: None)
+    with pytest.raises(ExportError, match=r"rtc_config\.execution_horizon"):
+        _smolvla(_rtc(execution_horizon=0), adapt_to_pi_aloha=True).check()
+
+
+def test_the_guidance_weight_is_lerobots_capped() -> None:
+    from runtime.bundle.lerobot.smolvla import _guidance_weight
+
+    cap = torch.tensor([5.0])
+    assert _guidance_weight(1.0, cap) is cap  # tau 0: the cap itself
+    # tau 0.5: (1 - tau) / tau * ((1 - tau)^2 + tau^2) / (1 - tau)^2 = 1 * 0.5 / 0.25 = 2
+    assert _guidance_weight(0.5, cap).tolist() == [2.0]
+    assert _guidance_weight(0.5, torch.tensor([1.5])).tolist() == [1.5]
+    # tau 0.25: 3 * (0.5625 + 0.0625) / 0.5625 = 10 / 3
+    assert _guidance_weight(0.75, cap).tolist() == pytest.approx([10 / 3])
+    # tau 0.75: 1/3 * (0.0625 + 0.5625) / 0.0625 = 10 / 3 as well
+    assert _guidance_weight(0.25, cap).tolist() == pytest.approx([10 / 3])
+    assert _guidance_weight(0.9, cap).tolist() == [5.0]  # tau 0.1: 9 * 0.82 / 0.81, past the cap
