@@ -104,7 +104,7 @@ def test_torch_as_lerobot_sees_it_draws_from_the_inputs() -> None:
     fake = _TorchWithDraws(
         Draws(
             WHERE,
-            randn=[noise, noise, noise, noise.double()],
+            randn=[noise, noise, noise, noise],
             randint=[torch.tensor([0.0, 10.0])],
             multinomial=[torch.tensor([0.0, 1.0])],
         )
@@ -112,7 +112,7 @@ def test_torch_as_lerobot_sees_it_draws_from_the_inputs() -> None:
     assert fake.randn(2, 3) is noise
     assert fake.randn((2, 3)) is noise
     assert fake.randn([2, 3], generator=None) is noise
-    like = fake.randn_like(torch.zeros(2, 3, dtype=torch.float64))
+    like = fake.randn_like(torch.zeros(2, 3, dtype=torch.float64))  # the noise input is float32
     assert like.dtype == torch.float64
     assert like.tolist() == [[0.5, -0.5, 1.0], [0.0, 0.0, 0.0]]
     assert fake.randint(0, 4, (2,)).tolist() == [2, 3]
@@ -128,6 +128,8 @@ def test_a_categorical_draw_comes_back_as_many_times_as_asked() -> None:
     fake = _TorchWithDraws(Draws(WHERE, index_copies=3, multinomial=[torch.tensor([0.0, 1.0])]))
     probs = torch.tensor([[1.0, 1.0, 2.0], [1.0, 1.0, 2.0]])
     assert fake.multinomial(probs, 1).tolist() == [[1, 1, 1], [2, 2, 2]]
+    twice = _TorchWithDraws(Draws(WHERE, index_copies=2, multinomial=[torch.tensor([0.0, 1.0])]))
+    assert twice.multinomial(probs, 1).tolist() == [[1, 1], [2, 2]]  # as TD-MPC's planner takes it
     with pytest.raises(ExportError) as e:
         fake.multinomial(probs, 2)
     assert str(e.value) == f"{WHERE}: multinomial with num_samples=2; expected 1"

@@ -524,6 +524,9 @@ def test_the_summary_fills_what_an_older_record_lacks() -> None:
     assert quantize.gate_summary({"gate": {"max_error": 0.1}}) == (
         "INT8 gate: max 0.1, mean nan in units of ? on ? held-out observations (bound nan)"
     )
+    assert quantize.gate_summary({"gate": {"units": "action std"}}) == (
+        "INT8 gate: max nan, mean nan in units of action std on ? held-out observations (bound nan)"
+    )
     assert quantize.gate_summary({"gate": {}}) == ""
     record = {"max_error": 0.1, "crashed": {"bf16": "SIGFPE", "f32": "SIGSEGV"}}
     assert quantize.gate_summary({"gate": record}).endswith(
