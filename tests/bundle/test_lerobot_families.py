@@ -164,6 +164,8 @@ def test_tdmpc_serves_its_plan_its_first_action_or_that_action_repeated() -> Non
     assert (no_mpc.usable_steps(), no_mpc.default_steps()) == (1, 2)
     repeats = _tdmpc(n_action_repeats=4)
     assert (repeats.usable_steps(), repeats.default_steps()) == (4, 4)
+    twice = _tdmpc(n_action_repeats=2, n_action_steps=1)
+    assert (twice.usable_steps(), twice.default_steps()) == (2, 2)
     assert (_tdmpc(n_action_repeats=1, use_mpc=False).usable_steps()) == 1
 
 
@@ -323,7 +325,9 @@ def test_transformers_version_check_is_stubbed_only_before_transformers_is_impor
     stub = sys.modules[name]
     assert stub.dep_version_check("tokenizers") is None  # type: ignore[attr-defined]
     assert stub.dep_version_check("huggingface-hub", "hint") is None  # type: ignore[attr-defined]
-    assert "skipped by runtime.bundle.lerobot.torchvision_shim" in (stub.__doc__ or "")
+    assert stub.__doc__ == (
+        "transformers' import-time version check, skipped by runtime.bundle.lerobot.torchvision_shim"
+    )
     # already stubbed, transformers already imported, or not installed: nothing changes
     shim._shim_transformers()
     assert sys.modules[name] is stub

@@ -297,6 +297,16 @@ def test_language_noise_and_prefix_inputs_follow_the_observation_in_that_order()
     assert out.tolist() == [[100.0, 100.0], [99.0, 98.0]]
 
 
+def test_a_graph_called_with_an_input_missing_refuses_rather_than_drop_one() -> None:
+    family = _family((CAMERA, STATE), language={"tokens": ((3,), torch.int64), "mask": ((3,), torch.bool)})
+    graph = LeRobotGraph(family, 1)
+    with pytest.raises(ValueError, match="zip"):
+        graph(_image())
+    with pytest.raises(ValueError, match="zip"):
+        graph(_image(), torch.tensor([1.0, 2.0]), torch.tensor([5, 6, 7]))
+    assert family.seen == []
+
+
 def test_without_prefix_inputs_the_plain_prediction_gets_the_noise() -> None:
     family = _family((STATE,), noise={"noise": (2,)})
     LeRobotGraph(family, 1)(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))
