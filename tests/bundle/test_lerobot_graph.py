@@ -298,12 +298,13 @@ def test_language_noise_and_prefix_inputs_follow_the_observation_in_that_order()
 
 
 def test_a_graph_called_with_an_input_missing_refuses_rather_than_drop_one() -> None:
+    family = _family((CAMERA, STATE))
+    with pytest.raises(ValueError, match="zip"):
+        LeRobotGraph(family, 1)(_image())
+    assert family.seen == []
     family = _family((CAMERA, STATE), language={"tokens": ((3,), torch.int64), "mask": ((3,), torch.bool)})
-    graph = LeRobotGraph(family, 1)
     with pytest.raises(ValueError, match="zip"):
-        graph(_image())
-    with pytest.raises(ValueError, match="zip"):
-        graph(_image(), torch.tensor([1.0, 2.0]), torch.tensor([5, 6, 7]))
+        LeRobotGraph(family, 1)(_image(), torch.tensor([1.0, 2.0]), torch.tensor([5, 6, 7]))
     assert family.seen == []
 
 
