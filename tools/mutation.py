@@ -532,25 +532,27 @@ SCOPES: dict[str, Scope] = {
             )
         ),
     ),
-    # A LeRobot checkpoint up to its export plan, without a model: config.json read and refused, joint
-    # names, the families, the plan on a stand-in family and loader, the VLM directory, the action scale,
-    # the generic graph on stand-in processors, its seeded test case, the draws from noise inputs.
-    # load_checkpoint and policy_class load LeRobot's own classes: left to tests/engine/test_lerobot*.py.
+    # A LeRobot checkpoint up to its export plan, without a model: the plan on a stand-in family and
+    # loader, the family's defaults, the families, the VLM directory, the action scale. load_checkpoint and
+    # policy_class load LeRobot's own classes: left to tests/engine/test_lerobot*.py.
     "lerobot-plan": Scope(
-        tuple(
-            f"runtime/bundle/lerobot/{m}.py"
-            for m in ("__init__", "plan", "family", "families", "draws", "graph", "checkpoint", "loader")
-        ),
+        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("__init__", "plan", "family", "families", "loader")),
+        ("tests/bundle/test_lerobot_plan.py", "tests/bundle/test_lerobot_checkpoint.py"),
         (
-            "tests/bundle/test_lerobot_checkpoint.py",
-            "tests/bundle/test_lerobot_plan.py",
-            "tests/bundle/test_lerobot_graph.py",
-        ),
-        (
-            *(f"runtime.bundle.lerobot.{m}.*" for m in ("plan", "family", "families", "draws", "graph", "checkpoint")),
+            *(f"runtime.bundle.lerobot.{m}.*" for m in ("plan", "family", "families")),
             "runtime.bundle.lerobot.loader.x_resolve_vlm*",
             "runtime.bundle.lerobot.loader.x_action_scale*",
         ),
+    ),
+    # config.json read and refused word for word, and the joint names (configs written in the test).
+    "lerobot-checkpoint": Scope(
+        ("runtime/bundle/lerobot/checkpoint.py",),
+        ("tests/bundle/test_lerobot_checkpoint.py", "tests/bundle/test_lerobot_plan.py"),
+    ),
+    # The generic graph on stand-in processors, its seeded test case, the draws read from noise inputs.
+    "lerobot-graph": Scope(
+        ("runtime/bundle/lerobot/graph.py", "runtime/bundle/lerobot/draws.py"),
+        ("tests/bundle/test_lerobot_graph.py", "tests/bundle/test_lerobot_families.py"),
     ),
     # What each family adds, on stand-in policies (a config of plain values): refusals, steps, noise inputs
     # and the order the draws are read in; TD-MPC's gather; importing LeRobot and its shims. The families'

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
+import huggingface_hub  # imported once here rather than in each test that stands in for it
 import pytest
 import torch
 
@@ -384,8 +385,6 @@ def test_the_vlm_named_by_the_checkpoint_as_a_local_directory(tmp_path: Path) ->
 def test_the_vlm_named_by_the_checkpoint_from_the_local_cache_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import huggingface_hub
-
     asked: list[Any] = []
 
     def snapshot_download(name: str, **options: Any) -> str:
@@ -411,8 +410,6 @@ def test_the_vlm_named_by_the_checkpoint_from_the_local_cache_only(
 def test_a_vlm_directory_without_a_config_is_looked_up_in_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import huggingface_hub
-
     vlm = tmp_path / "empty"
     vlm.mkdir()
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda name, **o: f"/cache/{Path(name).name}")
