@@ -81,6 +81,23 @@ def test_each_observation_is_checked_against_the_inputs_naming_its_file(tmp_path
     )
 
 
+def test_an_npz_that_holds_pickled_objects_or_is_not_an_npz_is_refused_naming_it(tmp_path: Path) -> None:
+    _states(tmp_path, 4)
+    _npz(tmp_path, "04.npz", **{"observation.state": np.array([{"not": "an array"}], dtype=object)})
+    with pytest.raises(ExportError) as e:
+        quantize.load_observations(tmp_path, small_manifest())
+    assert str(e.value) == (
+        f"--calibration: {tmp_path / '04.npz'}: not an .npz of plain arrays (ValueError: Object arrays cannot be "
+        "loaded when allow_pickle=False)"
+    )
+    (tmp_path / "04.npz").write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(ExportError) as e:
+        quantize.load_observations(tmp_path, small_manifest())
+    assert str(e.value) == (
+        f"--calibration: {tmp_path / '04.npz'}: not an .npz of plain arrays (BadZipFile: File is not a zip file)"
+    )
+
+
 def test_the_noise_input_is_filled_with_seeded_noise_unless_recorded(tmp_path: Path) -> None:
     _states(tmp_path, 3)
     recorded = np.full((2, 3), 7, np.float32)
@@ -241,6 +258,20 @@ def test_with_an_observation_history_each_frame_comes_with_the_ones_before_it(da
     assert [o["observation.images.top"][:, 0, 0, 0].tolist() for o in got[:3]] == [[0, 0, 0], [0, 1, 2], [2, 3, 4]]
     assert got[3]["observation.state"][:, 0].tolist() == [100, 100, 100]
     assert made[0].asked == [(0, [0, 1, 2, 3, 4]), (1, [0])]
+
+
+def test_a_column_without_history_takes_one_frame_when_a_camera_has_it(dataset: Any) -> None:
+    dataset([4])
+    history = small_manifest(
+        inputs=(
+            TensorSpec("observation.state", "float32", (3,), "other"),
+            TensorSpec("observation.images.top", "uint8", (2, 2, 2, 3), "image"),
+        ),
+        observation_history=2,
+    )
+    got = quantize.load_observations(dataset.root, history, max_frames=4)
+    assert [o["observation.state"].tolist() for o in got] == [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]
+    assert [o["observation.images.top"][:, 0, 0, 0].tolist() for o in got] == [[0, 0], [0, 1], [1, 2], [2, 3]]
 
 
 def test_an_input_without_history_takes_one_frame_when_others_have_it(dataset: Any) -> None:
@@ -410,18 +441,21 @@ class Program:
 
 
 class Compiled:
-    """A float program: its action output is the observation's ``x`` times two (output 1 of 2)."""
+    """A float program: its action output is the observation's ``x`` times two (output 1 of 2), written
+    into the same output buffers at each call, as OpenVINO's infer request does."""
 
     def __init__(self, log: list[Any]) -> None:
         self.log = log
 
     def create_infer_request(self) -> Any:
         compiled = self
+        outputs = [np.zeros(1), np.zeros(2, np.float32)]
 
         class Request:
             def infer(self, values: list[np.ndarray]) -> list[np.ndarray]:
                 compiled.log.append(("infer", [v.tolist() for v in values]))
-                return [np.zeros(1), values[0] * 2]
+                outputs[1][:] = values[0] * 2
+                return outputs
 
         return Request()
 
