@@ -535,7 +535,8 @@ def test_the_gate_records_the_error_against_the_float_program_in_units_of_the_sc
 
 
 def test_an_error_exactly_at_the_bound_passes_and_past_it_is_refused_word_for_word(gate: Any) -> None:
-    assert gate(lambda x: x * 2 + 0.5, scale=None)["max_error"] == 0.5
+    at_bound = gate(lambda x: x * 2 + 0.5, scale=None)
+    assert (at_bound["max_error"], at_bound["ok"]) == (0.5, True)
     with pytest.raises(ParityError) as e:
         gate(lambda x: x * 2 + np.array([0.75, 0.0]), scale=None)
     assert str(e.value) == (
