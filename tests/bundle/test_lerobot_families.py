@@ -243,6 +243,7 @@ def test_vqbet_draws_one_code_per_query_token_and_layer() -> None:
 def test_vqbet_selecting_sequentially_draws_the_primary_codes_first() -> None:
     noise = torch.arange(12.0).reshape(6, 2)
     draws = _vqbet(True)._draws(noise)
+    assert draws.where == "VQ-BeT policy /ck"
     assert [d.tolist() for d in _taken(draws, "multinomial", [(6,), (6,)])] == [
         [0, 2, 4, 6, 8, 10],
         [1, 3, 5, 7, 9, 11],
@@ -504,7 +505,9 @@ def test_smolvlas_rtc_settings_are_refused_before_tracing_naming_the_field(monke
     assert checked == []
     good = _rtc(execution_horizon=1)
     _smolvla(good)._check_rtc()
-    assert checked == [good]
+    small = _rtc(max_guidance_weight=0.5)  # a cap below 1 is a cap
+    _smolvla(small)._check_rtc()
+    assert checked == [good, small]
 
 
 def test_smolvlas_settings_a_program_cannot_hold_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
