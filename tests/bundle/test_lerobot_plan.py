@@ -69,8 +69,13 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Any:
     StandIn.checked = []
     StandIn.extras = {}
     monkeypatch.setattr(plan, "load_checkpoint", load_checkpoint)
-    monkeypatch.setattr(plan, "family_class", lambda policy_type: StandIn)
-    monkeypatch.setattr(plan, "action_scale", lambda loaded: SCALE)
+    monkeypatch.setattr(plan, "family_class", lambda policy_type: {"act": StandIn, "smolvla": StandIn}[policy_type])
+
+    def action_scale(loaded: Any) -> Any:
+        assert loaded.checkpoint.policy_type == loads[-1][0]  # the loaded checkpoint's scale
+        return SCALE
+
+    monkeypatch.setattr(plan, "action_scale", action_scale)
     monkeypatch.setattr(plan, "package_version", lambda name: f"{name} 9.9")
     return SimpleNamespace(loads=loads)
 
