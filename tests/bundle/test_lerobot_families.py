@@ -179,6 +179,7 @@ def test_tdmpc_noise_inputs_follow_the_planners_draws() -> None:
     }
     assert list(_tdmpc().noise_inputs()) == ["noise.pi", "noise.cem", "noise.terminal", "noise.ensemble", "noise.elite"]
     assert _tdmpc(use_mpc=False).noise_inputs() == {}
+    assert _tdmpc(n_pi_samples=1).noise_inputs()["noise.pi"] == (3, 1, 6)
     assert _tdmpc(n_pi_samples=0, q_ensemble_size=2).noise_inputs() == {
         "noise.cem": (2, 3, 5, 6),
         "noise.terminal": (2, 5, 6),

@@ -567,3 +567,27 @@ def test_the_summary_fills_what_an_older_record_lacks() -> None:
     assert quantize.gate_summary({"gate": record}).endswith(
         "(bound nan); float layers at None (OpenVINO crashed at bf16: SIGFPE, f32: SIGSEGV)"
     )
+
+
+def test_a_native_crash_reads_as_its_signal() -> None:
+    crash = quantize.NativeCrash("SIGFPE")
+    assert (str(crash), crash.signal_name) == ("SIGFPE", "SIGFPE")
+
+
+def test_the_child_finds_what_this_process_imports_from_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target importable here only through ``sys.path`` (a checkout added by a script, not the
+    environment's PYTHONPATH) is importable in the child too."""
+    import importlib
+
+    (tmp_path / "gate_child_target.py").write_text(
+        "import os, pathlib\n"
+        "def write(path):\n"
+        "    pathlib.Path(path).write_text(os.environ.get('GATE_CHILD_CHECK', 'unset'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("GATE_CHILD_CHECK", "inherited")
+    module = importlib.import_module("gate_child_target")
+    quantize.run_isolated(module.write, str(tmp_path / "out"))
+    assert (tmp_path / "out").read_text() == "inherited"
