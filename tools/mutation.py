@@ -690,6 +690,92 @@ SCOPES: dict[str, Scope] = {
             )
         ),
     ),
+    # INT8's decisions on stand-ins (no quantisation, no export): the observations calibrated and held out
+    # on (.npz files, a stand-in dataset reader), the action error, the masks left alone, the child's files,
+    # the gate's verdict and record. quantize_bundle and the child's _run_blob drive a real NNCF run and a
+    # real program: left to tests/engine/test_quantize.py.
+    "bundle-quantize": Scope(
+        ("runtime/bundle/quantize.py",),
+        ("tests/bundle/test_quantize.py", "tests/bundle/test_quantize_gate.py"),
+        tuple(
+            f"runtime.bundle.quantize.{f}*"
+            for f in (
+                "x_load_observations",
+                "x__no_prefix",
+                "x__npz_observations",
+                "x__dataset_observations",
+                "x__frames",
+                "x_action_error",
+                "x_boolean_consumers",
+                "xǁNativeCrashǁ",
+                "x_run_isolated",
+                "x_int8_outputs",
+                "x_first_that_runs",
+                "x_accuracy_gate",
+                "x_gate_summary",
+            )
+        ),
+    ),
+    # A LeRobot checkpoint up to its export plan, without a model: the plan on a stand-in family and
+    # loader, the family's defaults, the families, the VLM directory, the action scale. load_checkpoint and
+    # policy_class load LeRobot's own classes: left to tests/engine/test_lerobot*.py.
+    "lerobot-plan": Scope(
+        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("__init__", "plan", "family", "families", "loader")),
+        ("tests/bundle/test_lerobot_plan.py", "tests/bundle/test_lerobot_checkpoint.py"),
+        (
+            *(f"runtime.bundle.lerobot.{m}.*" for m in ("plan", "family", "families")),
+            "runtime.bundle.lerobot.loader.x_resolve_vlm*",
+            "runtime.bundle.lerobot.loader.x_action_scale*",
+        ),
+    ),
+    # config.json read and refused word for word, and the joint names (configs written in the test).
+    "lerobot-checkpoint": Scope(
+        ("runtime/bundle/lerobot/checkpoint.py",),
+        ("tests/bundle/test_lerobot_checkpoint.py", "tests/bundle/test_lerobot_plan.py"),
+    ),
+    # The generic graph on stand-in processors, its seeded test case, the draws read from noise inputs.
+    "lerobot-graph": Scope(
+        ("runtime/bundle/lerobot/graph.py", "runtime/bundle/lerobot/draws.py"),
+        ("tests/bundle/test_lerobot_graph.py", "tests/bundle/test_lerobot_families.py"),
+    ),
+    # What each family adds, on stand-in policies (a config of plain values): refusals, steps, noise inputs
+    # and the order the draws are read in; TD-MPC's gather; importing LeRobot and its shims. The families'
+    # predict (and Diffusion's sample_actions) run LeRobot's model code: left to the export tests,
+    # tests/engine/test_lerobot_{diffusion,tdmpc,vqbet}.py; ACT has nothing else.
+    "lerobot-policies": Scope(
+        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("diffusion", "tdmpc", "vqbet", "torchvision_shim", "smolvla")),
+        ("tests/bundle/test_lerobot_families.py",),
+        (
+            "runtime.bundle.lerobot.diffusion.x_check_scheduler*",
+            "runtime.bundle.lerobot.diffusion.x_timesteps*",
+            *(
+                f"runtime.bundle.lerobot.diffusion.xǁDiffusionFamilyǁ{f}*"
+                for f in ("__init__", "check", "first_step", "noise_inputs")
+            ),
+            "runtime.bundle.lerobot.tdmpc.x__gather_along_dim*",
+            "runtime.bundle.lerobot.tdmpc.x__gathers*",
+            *(
+                f"runtime.bundle.lerobot.tdmpc.xǁTdmpcFamilyǁ{f}*"
+                for f in ("check", "_plan_steps", "usable_steps", "default_steps", "noise_inputs", "_draws")
+            ),
+            *(f"runtime.bundle.lerobot.vqbet.xǁVqbetFamilyǁ{f}*" for f in ("_query_tokens", "noise_inputs", "_draws")),
+            "runtime.bundle.lerobot.torchvision_shim.*",
+            # SmolVLA, sampled: real-time chunking's fields, the refusals before tracing, the guidance weight
+            "runtime.bundle.lerobot.smolvla.x__guidance_weight*",
+            *(
+                f"runtime.bundle.lerobot.smolvla.xǁSmolvlaFamilyǁ{f}*"
+                for f in (
+                    "rtc_enabled",
+                    "_rtc_fields",
+                    "_check_rtc",
+                    "noise_inputs",
+                    "prefix_inputs",
+                    "rtc",
+                    "example_prefix",
+                )
+            ),
+        ),
+    ),
 }
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import zipfile
 from collections.abc import Mapping
 from contextlib import redirect_stdout
 from dataclasses import replace
@@ -106,8 +107,12 @@ def _no_prefix(manifest: Manifest) -> dict[str, np.ndarray]:
 def _npz_observations(root: Path) -> list[tuple[str, dict[str, np.ndarray]]]:
     found = []
     for f in sorted(root.glob("*.npz")):
-        with np.load(f, allow_pickle=False) as npz:
-            found.append((str(f), {k.removeprefix("input/"): npz[k] for k in npz.files if not k.startswith("output/")}))
+        try:  # opened here, so a file numpy cannot read is closed too
+            with f.open("rb") as fh, np.load(fh, allow_pickle=False) as npz:
+                arrays = {k.removeprefix("input/"): npz[k] for k in npz.files if not k.startswith("output/")}
+        except (OSError, ValueError, zipfile.BadZipFile) as e:  # a pickled array, a file cut short, not an .npz
+            raise ExportError(f"--calibration: {f}: not an .npz of plain arrays ({type(e).__name__}: {e})") from e
+        found.append((str(f), arrays))
     return found
 
 
