@@ -761,17 +761,22 @@ def test_a_clients_reset_starts_its_history_over(serve: Serve, caller: Callable[
 # --- replies and their errors --------------------------------------------------------------------
 
 
-def test_a_job_error_goes_to_the_local_callback_or_the_client(serve: Serve, caller: Callable[..., Caller]) -> None:
+def test_a_job_error_goes_to_the_local_callback_or_the_client(serve: Serve) -> None:
     server = serve(endpoints=("ipc://a.sock", "ipc://b.sock"))
     done: list[Any] = []
     local = Job(-1, [b"control-loop"], 0, [], 0.0, lambda a, e: done.append((a, e)))
     server._reply_job_error(local, "shutting_down", "the server stopped")
     assert done == [(None, "shutting_down: the server stopped")]
-    c = caller(server, 1, b"who")
-    c.call("ping", 1)  # the server now knows the client on its second socket
-    received_at = time.monotonic() - 0.25
-    server._reply_job_error(Job(1, [b"who"], 33, [], received_at), "shutting_down", "stopped first")
-    reply = c.receive()
+    # a ROUTER is the I/O thread's alone: stand-ins here, the real ones put back before the stop
+    real, socks = server._routers, [Sock(), Sock()]
+    server._routers = socks
+    try:
+        received_at = time.monotonic() - 0.25
+        server._reply_job_error(Job(1, [b"client-1"], 33, [], received_at), "shutting_down", "stopped first")
+    finally:
+        server._routers = real
+    assert socks[0].sent == []
+    reply = socks[1].reply()
     assert error_of(reply) == (33, "infer", "shutting_down", "stopped first", None, None, None)
     assert reply.timing.infer_ms == 0.0 and reply.timing.queue_ms == reply.timing.total_ms >= 250.0
     assert dict(server.snapshot().errors) == {"shutting_down": 1}
