@@ -92,11 +92,11 @@ def _handle(server: PolicyServer, frames: list[Any], received_at: float) -> code
 
 def test_ping_answers_the_uptime_in_milliseconds_rounded(serve: Serve, caller: Callable[..., Caller]) -> None:
     server = serve()
-    server.stats.started = time.monotonic() - 100.0
+    server.stats.started = time.monotonic() - 100.25
     reply = caller(server).call("ping", 7)
     assert (reply.ok, reply.id, reply.kind) == (True, 7, "ping")
     uptime = reply.body["uptime_s"]
-    assert 100.0 <= uptime < 100.0 + WAIT_S
+    assert 100.25 <= uptime < 100.25 + WAIT_S
     assert uptime == round(uptime, 3)
     assert set(reply.body) == {"uptime_s"}
     snap = server.snapshot()
@@ -833,3 +833,13 @@ def test_up_to_the_bound_no_client_is_forgotten(serve: Serve) -> None:
     server._clients = {i.to_bytes(2, "little"): 0.0 for i in range(1023)}
     server._heard(b"x", 1000.0)
     assert len(server._clients) == 1024 and server._clients[b"x"] == 1000.0
+
+
+def test_a_clients_history_is_kept_per_socket(serve: Serve, caller: Callable[..., Caller]) -> None:
+    engine = StandIn(manifest(history=2))
+    server = serve(engine, endpoints=("ipc://a.sock", "ipc://b.sock"))
+    first, second = caller(server, 0, b"same"), caller(server, 1, b"same")
+    assert first.call("infer", 1, obs(1.0)).ok
+    assert second.call("infer", 1, obs(5.0)).ok
+    assert first.call("infer", 2, obs(2.0)).ok
+    assert [r[0][:, 0].tolist() for r in engine.runs] == [[1.0, 1.0], [5.0, 5.0], [1.0, 2.0]]

@@ -331,6 +331,13 @@ def test_a_graceful_stop_runs_what_is_queued(made: Callable[..., PolicyServer], 
     a, b = _hold_one_and_queue_one(server, engine, zmq_ctx)
     stopping = threading.Thread(target=server.stop, kwargs={"timeout": 10.0})
     stopping.start()
+    for _ in range(int(WAIT_S / 0.005)):
+        if server.queue.closed:
+            break
+        threading.Event().wait(0.005)
+    # while it finishes what is queued, a new infer is refused, not queued
+    late = caller(zmq_ctx, server, b"c").call("infer", 3, {STATE: state(3.0)})
+    assert error_of(late) == (3, "infer", "shutting_down", "the server is stopping", None, None, None)
     engine.release()
     stopping.join(WAIT_S * 2)
     assert not stopping.is_alive()
