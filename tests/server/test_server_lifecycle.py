@@ -583,3 +583,20 @@ def test_a_snapshot_before_start_has_no_engine_and_nothing_in_flight(made: Calla
     snap = server.snapshot()
     assert (snap.queue_depth, snap.queue_capacity, snap.in_flight, snap.clients) == (0, 2, 0, 0)
     assert (dict(snap.engine), dict(snap.inference_cpus), dict(snap.verification), snap.arm) == ({}, {}, {}, None)
+
+
+def test_the_noise_seed_makes_the_sampling_noise_reproducible(
+    made: Callable[..., PolicyServer], zmq_ctx: zmq.Context
+) -> None:
+    noise = TensorSpec("noise", "float32", (2, JOINTS), "noise")
+    drawn: list[np.ndarray] = []
+    for i, seed in enumerate((7, 7, 8)):
+        engine = StandIn(manifest(noise))
+        server = made(engine, endpoints=(f"ipc://n{i}.sock",), noise_seed=seed)
+        server.start()
+        assert caller(zmq_ctx, server).call("infer", 1, {STATE: state(1.0)}).ok
+        drawn.append(engine.runs[0][1])
+    # numpy's generator seeded as the server.noise_seed documents
+    np.testing.assert_array_equal(drawn[0], np.random.default_rng(7).standard_normal((2, JOINTS), dtype=np.float32))
+    np.testing.assert_array_equal(drawn[1], drawn[0])
+    assert not np.array_equal(drawn[2], drawn[0])
