@@ -535,10 +535,11 @@ SCOPES: dict[str, Scope] = {
         ),
     ),
     # The server's life: start and each failure cleaned up, the I/O loop, a graceful, forced or timed-out
-    # stop, a reloaded engine, the stats snapshot; a stand-in engine, real sockets.
+    # stop, a reloaded engine, the stats snapshot; a stand-in engine, real sockets. The requests' tests
+    # too: they use what start() sets up (hello's body, the prefix inputs).
     "server-lifecycle": Scope(
         ("runtime/server/server.py",),
-        ("tests/server/test_server_lifecycle.py",),
+        ("tests/server/test_server_lifecycle.py", "tests/server/test_dispatch.py"),
         tuple(
             f"runtime.server.server.xǁPolicyServerǁ{m}*"
             for m in (

@@ -600,3 +600,45 @@ def test_the_noise_seed_makes_the_sampling_noise_reproducible(
     np.testing.assert_array_equal(drawn[0], np.random.default_rng(7).standard_normal((2, JOINTS), dtype=np.float32))
     np.testing.assert_array_equal(drawn[1], drawn[0])
     assert not np.array_equal(drawn[2], drawn[0])
+
+
+def test_a_clients_history_restarts_after_the_configured_gap(made: Callable[..., PolicyServer]) -> None:
+    engine = StandIn(manifest(history=2))
+    server = made(engine, history_max_gap_s=1.0)  # the default is 2 s
+    server.start()
+
+    class Sock:
+        def send_multipart(self, frames: list[Any], flags: int = 0, copy: bool = True) -> None:
+            raise AssertionError(f"refused: {frames}")
+
+    # received at times the test sets, 0.5 s then 1.5 s apart; replies go to a client that is not there
+    for rid, (v, at) in enumerate([(1.0, 100.0), (2.0, 100.5), (3.0, 102.0)], start=1):
+        frames = codec.encode_request("infer", rid, {STATE: state(v)})
+        server._handle(0, Sock(), [b"gone"], [memoryview(f) for f in frames], at)
+        engine.wait_entered()
+    assert [r[0][:, 0].tolist() for r in engine.runs] == [[1.0, 1.0], [1.0, 2.0], [3.0, 3.0]]
+
+
+def test_curve_answers_a_listed_key_and_refuses_another(made: Callable[..., PolicyServer], tmp_path: Path) -> None:
+    import zmq.auth
+
+    from runtime.client import ClientCurveKeys, PolicyClient
+    from runtime.protocol.errors import UnauthorizedError
+    from runtime.server.config import CurveConfig
+
+    allowed = tmp_path / "authorized"
+    allowed.mkdir()
+    server_public, server_secret = zmq.auth.create_certificates(tmp_path, "server")
+    client_public, client_secret = zmq.auth.create_certificates(tmp_path, "client")
+    _, stranger_secret = zmq.auth.create_certificates(tmp_path, "stranger")
+    Path(client_public).rename(allowed / "client.key")
+    server = made(endpoints=("tcp://127.0.0.1:*",), curve=CurveConfig(server_secret, str(allowed)))
+    server.start()
+    endpoint = server.bound_endpoints[0]
+    with PolicyClient(endpoint, curve=ClientCurveKeys.from_files(server_public, client_secret), timeout_s=WAIT_S) as c:
+        c.ping()
+    stranger = ClientCurveKeys.from_files(server_public, stranger_secret)
+    with PolicyClient(endpoint, curve=stranger, timeout_s=WAIT_S) as c, pytest.raises(UnauthorizedError):
+        c.ping()
+    server.stop(timeout=1.0)
+    assert server._auth is None and server._context is None
