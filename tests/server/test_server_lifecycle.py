@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -642,3 +643,21 @@ def test_curve_answers_a_listed_key_and_refuses_another(made: Callable[..., Poli
         c.ping()
     server.stop(timeout=1.0)
     assert server._auth is None and server._context is None
+
+
+def test_a_stop_with_no_time_left_cancels_the_queue_at_once(
+    made: Callable[..., PolicyServer], zmq_ctx: zmq.Context
+) -> None:
+    """On a clock that does not move, only a deadline of now lets the stop end."""
+    engine = StandIn()
+    server = made(engine)
+    _, b = _hold_one_and_queue_one(server, engine, zmq_ctx)
+    server_module.time = Clock(1000.0)  # type: ignore[assignment]
+    try:
+        stopping = threading.Thread(target=server.stop, kwargs={"timeout": 0.0}, daemon=True)
+        stopping.start()
+        stopping.join(WAIT_S)
+        assert not stopping.is_alive(), "the stop waited for a deadline the clock never reaches"
+    finally:
+        server_module.time = time
+    assert error_of(b.receive())[2] == "shutting_down"
