@@ -21,7 +21,7 @@ import zmq
 from runtime import __version__
 from runtime.bundle.manifest import FileEntry, LanguageEntry, RtcEntry, TensorSpec
 from runtime.protocol import codec
-from runtime.protocol.messages import KINDS, PrefixFields
+from runtime.protocol.messages import KINDS, PrefixFields, Timing
 from runtime.server import PolicyServer, ServerConfig
 from runtime.server import server as server_module
 from runtime.server.queue import Job
@@ -796,24 +796,24 @@ def test_a_reply_error_is_counted_and_timed_from_receipt(serve: Serve) -> None:
 
 
 def test_replies_from_the_worker_are_forwarded_to_their_socket_and_a_stale_index_is_dropped(
-    serve: Serve,
+    serve: Serve, caller: Callable[..., Caller]
 ) -> None:
     server = serve(endpoints=("ipc://a.sock", "ipc://b.sock"))
-    real, socks = server._routers, [Sock(), Sock()]
-    push = server._context.socket(zmq.PUSH)
+    zero, one = caller(server, 0, b"zero"), caller(server, 1, b"one")
+    assert zero.call("ping", 1).ok and one.call("ping", 1).ok  # both peers known to their ROUTER
+    push = server._context.socket(zmq.PUSH)  # as the worker does
     push.linger = 0
     push.connect(f"inproc://lerobot-runtime-replies-{id(server):x}")
     try:
-        server._routers = socks  # what the I/O thread forwards to (it polls the real ones)
-        push.send_multipart([(2).to_bytes(2, "little"), b"gone", b"h0"])  # a socket the server no longer has
-        push.send_multipart([(1).to_bytes(2, "little"), b"one", b"h1", b"data"])
-        push.send_multipart([(0).to_bytes(2, "little"), b"zero", b"h2"])
-        wait_for(lambda: len(socks[0].sent) == 1)
+        timing = Timing(1.0, 2.0, 3.0)
+        push.send_multipart([(2).to_bytes(2, "little"), b"one", codec.encode_reply("ping", 7, {}, timing)])
+        push.send_multipart([(1).to_bytes(2, "little"), b"one", codec.encode_reply("ping", 8, {}, timing)])
+        push.send_multipart([(0).to_bytes(2, "little"), b"zero", codec.encode_reply("ping", 9, {}, timing)])
+        assert zero.receive().id == 9
+        assert one.receive().id == 8  # 7 went to a socket the server does not have
+        assert one.nothing(100) and zero.nothing(0)
     finally:
-        server._routers = real
         push.close(0)
-    assert [[bytes(f) for f in frames] for frames in socks[1].sent] == [[b"one", b"h1", b"data"]]
-    assert [[bytes(f) for f in frames] for frames in socks[0].sent] == [[b"zero", b"h2"]]
     assert server.running
 
 
