@@ -108,6 +108,8 @@ def test_the_factorys_engine_is_made_on_the_worker_thread_and_closed_at_stop(
     assert caller(zmq_ctx, server).call("infer", 1, {STATE: state(2.0)}).ok
     server.stop(timeout=1.0)
     assert engines[0].closed == 1
+    server.stop(timeout=1.0)  # a second stop closes nothing twice
+    assert engines[0].closed == 1
 
 
 def test_the_worker_beats_the_heartbeat(short_tmp: Path, zmq_ctx: zmq.Context) -> None:
