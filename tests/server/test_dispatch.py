@@ -727,24 +727,40 @@ def test_a_closed_queue_takes_no_local_inference(serve: Serve) -> None:
 def test_the_control_loops_history_is_its_own_and_takes_observed_ticks(
     serve: Serve, caller: Callable[..., Caller]
 ) -> None:
-    engine = StandIn(manifest(history=2))
+    engine = StandIn(manifest(history=3))
     server = serve(engine)
     done: list[Any] = []
+
+    def frames(run: int) -> list[float]:
+        return [float(v) for v in engine.runs[run][0][:, 0]]
+
     server.observe_local([state(1.0)])
     server.observe_local([state(2.0)])
     assert server.submit_local([state(3.0)], lambda a, e: done.append(e))
     wait_for(lambda: len(done) == 1)
-    np.testing.assert_array_equal(engine.runs[0][0], np.stack([state(2.0), state(3.0)]))
+    assert frames(0) == [1.0, 2.0, 3.0]
     # a client's frames are not the loop's
     assert caller(server).call("infer", 1, obs(5.0)).ok
-    np.testing.assert_array_equal(engine.runs[1][0], np.stack([state(5.0), state(5.0)]))
+    assert frames(1) == [5.0, 5.0, 5.0]
     server.observe_local([state(4.0)], reset=True)
     assert server.submit_local([state(6.0)], lambda a, e: done.append(e))
     wait_for(lambda: len(done) == 2)
-    np.testing.assert_array_equal(engine.runs[2][0], np.stack([state(4.0), state(6.0)]))
+    assert frames(2) == [4.0, 4.0, 6.0]
     assert server.submit_local([state(8.0)], lambda a, e: done.append(e), reset=True)
     wait_for(lambda: len(done) == 3)
-    np.testing.assert_array_equal(engine.runs[3][0], np.stack([state(8.0), state(8.0)]))
+    assert frames(3) == [8.0, 8.0, 8.0]
+    assert done == [None, None, None]
+
+
+def test_the_control_loops_task_is_tokenized_for_a_language_policy(serve: Serve, tmp_path: Path) -> None:
+    engine = _language_engine(tmp_path)
+    server = serve(engine)
+    done: list[Any] = []
+    assert server.submit_local([state(1.0)], lambda a, e: done.append((a, e)), task="up cube")
+    wait_for(lambda: len(done) == 1)
+    assert done[0][1] is None
+    np.testing.assert_array_equal(done[0][0], chunk(state(1.0)))
+    assert engine.runs[0][1].tolist() == [3, 4, 0, 0] and engine.runs[0][2].tolist() == [True, True, False, False]
 
 
 def test_a_clients_reset_starts_its_history_over(serve: Serve, caller: Callable[..., Caller]) -> None:
