@@ -54,7 +54,8 @@ class StandIn(Engine):
         super().__init__(m if m is not None else manifest(), info)
         self.runs: list[list[np.ndarray]] = []
         self.entered = threading.Semaphore(0)  # released as each run starts
-        self.hold = False  # runs wait for release() while set
+        self.hold = False  # runs wait for release() while set, at most hold_s
+        self.hold_s = WAIT_S
         self._go = threading.Event()
         self.closed = 0
 
@@ -62,7 +63,7 @@ class StandIn(Engine):
         self.runs.append([np.array(a, copy=True) for a in arrays])
         self.entered.release()
         if self.hold:
-            self._go.wait(WAIT_S)
+            self._go.wait(self.hold_s)
         return {"action": chunk(arrays[0].reshape(-1, JOINTS)[-1])}
 
     def release(self) -> None:

@@ -597,8 +597,13 @@ def test_a_full_queue_refuses_busy_naming_its_bound(serve: Serve, caller: Callab
         "< 1 queued",
         "1 queued",
     )
-    assert reply.timing.queue_ms == 0.0 and reply.timing.infer_ms == 0.0 and reply.timing.total_ms >= 0.0
-    assert dict(server.snapshot().errors) == {"busy": 1}
+    # timed from its receipt, here 100 s before it is handled
+    before = time.monotonic()
+    reply = _handle(server, codec.encode_request("infer", 4, obs(4.0)), before - 100.0)
+    assert error_of(reply)[:3] == (4, "infer", "busy")
+    assert reply.timing.queue_ms == 0.0 and reply.timing.infer_ms == 0.0
+    assert 100_000.0 <= reply.timing.total_ms <= (time.monotonic() - before + 100.0) * 1e3
+    assert dict(server.snapshot().errors) == {"busy": 2}
     engine.release()
     assert a.receive().id == 1 and b.receive().id == 2
     assert len(engine.runs) == 2
@@ -672,6 +677,22 @@ def test_an_infer_after_a_failed_canary_is_refused_with_its_reason(serve: Serve,
     reply = caller(server).call("infer", 6, obs())
     assert error_of(reply) == (6, "infer", "verification_failed", FailedCanary.failure, None, None, None)
     assert engine.runs == [] and dict(server.snapshot().errors) == {"verification_failed": 1}
+
+
+def test_after_a_failed_canary_infers_are_refused_at_once_without_a_queue_slot(
+    serve: Serve, caller: Callable[..., Caller]
+) -> None:
+    engine = StandIn()
+    engine.hold, engine.hold_s = True, 10.0  # longer than any reply is waited for
+    server = serve(engine, queue_depth=1)
+    assert server.submit_local([state(0.0)], lambda a, e: None)
+    engine.wait_entered()  # the worker is busy: refusals come from the I/O thread
+    assert server._worker is not None
+    server._worker.canary = FailedCanary()  # type: ignore[assignment]
+    for rid, who in ((1, b"a"), (2, b"b")):
+        reply = caller(server, identity=who).call("infer", rid, obs())
+        assert error_of(reply)[:3] == (rid, "infer", "verification_failed")
+    assert len(server.queue) == 0
 
 
 # --- the control loop's path ---------------------------------------------------------------------
