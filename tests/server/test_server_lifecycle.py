@@ -663,3 +663,21 @@ def test_a_stop_with_no_time_left_cancels_the_queue_at_once(
     finally:
         server_module.time = time
     assert error_of(b.receive())[2] == "shutting_down"
+
+
+def test_the_io_thread_reads_a_socket_only_when_it_has_a_message(
+    made: Callable[..., PolicyServer], zmq_ctx: zmq.Context
+) -> None:
+    """Polled for input only: a ROUTER is always writable, and polling that too would spin the thread."""
+    server = made()
+    server.start()
+    reads: list[int] = []
+    receive = server._receive
+
+    def counted(index: int, sock: Any) -> None:
+        reads.append(index)
+        receive(index, sock)
+
+    server._receive = counted  # type: ignore[method-assign]
+    assert caller(zmq_ctx, server).call("ping", 1).ok
+    assert reads == [0]
