@@ -645,6 +645,9 @@ def test_curve_answers_a_listed_key_and_refuses_another(made: Callable[..., Poli
         c.ping()
     server.stop(timeout=1.0)
     assert server._auth is None and server._context is None
+    # with CURVE, an endpoint off loopback may be configured
+    off_loopback = PolicyServer(StandIn(), ServerConfig(endpoints=("tcp://0.0.0.0:5555",), curve=server.config.curve))
+    assert off_loopback.endpoints == ["tcp://0.0.0.0:5555"] and off_loopback.curve is not None
 
 
 def test_a_stop_with_no_time_left_cancels_the_queue_at_once(
