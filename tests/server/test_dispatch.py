@@ -880,3 +880,18 @@ def test_a_clients_history_is_kept_per_socket(serve: Serve, caller: Callable[...
     assert second.call("infer", 1, obs(5.0)).ok
     assert first.call("infer", 2, obs(2.0)).ok
     assert [r[0][:, 0].tolist() for r in engine.runs] == [[1.0, 1.0], [5.0, 5.0], [1.0, 2.0]]
+
+
+def test_without_latest_observation_wins_a_clients_infers_queue_up(serve: Serve, caller: Callable[..., Caller]) -> None:
+    engine = StandIn()
+    engine.hold = True
+    server = serve(engine, queue_depth=1, latest_observation_wins=False)
+    a = caller(server, identity=b"a")
+    a.send(codec.encode_request("infer", 1, obs(1.0)))
+    engine.wait_entered()
+    a.send(codec.encode_request("infer", 2, obs(2.0)))
+    wait_for(lambda: len(server.queue) == 1)
+    a.send(codec.encode_request("infer", 3, obs(3.0)))
+    assert error_of(a.receive())[:3] == (3, "infer", "busy")  # not superseding 2
+    engine.release()
+    assert [a.receive().id, a.receive().id] == [1, 2]
