@@ -371,7 +371,8 @@ def test_at_the_deadline_what_is_queued_is_answered_shutting_down(
     )
     assert dict(server.snapshot().errors) == {"shutting_down": 1}
     # the held inference keeps the context alive: left behind, not terminated (that would hang)
-    assert [r.getMessage() for r in caplog.records] == ["inference still running at shutdown; leaving it behind"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == ["inference still running at shutdown; leaving it behind"]
     assert server._context is not None and not server.running
     assert [float(r[0][0]) for r in engine.runs] == [1.0]
 
