@@ -776,6 +776,66 @@ SCOPES: dict[str, Scope] = {
             ),
         ),
     ),
+    # The server's requests on real ipc sockets and a stand-in engine (no OpenVINO): each kind answered
+    # or refused word for word, what is counted, hello's policy description, replies forwarded to the
+    # socket they came in on, the clients heard. The socket limits are server-limits'.
+    "server-requests": Scope(
+        ("runtime/server/server.py",),
+        ("tests/server/test_dispatch.py",),
+        (
+            "runtime.server.server.x_policy_info*",
+            "runtime.server.server.x__prefix_info*",
+            "runtime.server.server.x_task_encoder*",
+            *(
+                f"runtime.server.server.xǁPolicyServerǁ{m}*"
+                for m in ("_handle", "_refuse__", "_language", "_prefix_arrays", "_heard", "_forward_replies")
+            ),
+        ),
+    ),
+    # Infers on the same stand-ins: checked (noise, tokens and prefix inputs sent by a client refused),
+    # queued, refused busy or superseded, shutting down, after a failed canary; the control loop's own
+    # path ahead of the network, its history; job errors to a callback or a client.
+    "server-infer": Scope(
+        ("runtime/server/server.py",),
+        ("tests/server/test_dispatch.py",),
+        tuple(
+            f"runtime.server.server.xǁPolicyServerǁ{m}*"
+            # _reply: _reply_job_error and _reply_error
+            for m in ("_submit", "_refuse_noise", "submit_local", "observe_local", "_reply")
+        ),
+    ),
+    # The server's life: start and each failure cleaned up, the I/O loop, a graceful, forced or timed-out
+    # stop, a reloaded engine, the stats snapshot; a stand-in engine, real sockets. The requests' tests
+    # too: they use what start() sets up (hello's body, the prefix inputs).
+    "server-lifecycle": Scope(
+        ("runtime/server/server.py",),
+        ("tests/server/test_server_lifecycle.py", "tests/server/test_dispatch.py"),
+        tuple(
+            f"runtime.server.server.xǁPolicyServerǁ{m}*"
+            for m in (
+                "__init__",
+                "start",
+                "_release_instance",
+                "_start",
+                "stop",
+                "_stop_context",
+                "replace_engine",
+                "__enter__",
+                "__exit__",
+                "snapshot",
+                "_io_loop",
+                "_shutdown_step",
+                "_close_sockets",
+            )
+        ),
+    ),
+    # The [server.curve] table (the rest of [server] is server-limits'); runtime/protocol/__init__.py
+    # only re-exports names (no function to mutate).
+    "server-config": Scope(
+        ("runtime/server/config.py", "runtime/protocol/__init__.py"),
+        ("tests/server/test_server_config.py",),
+        ("runtime.server.config.xǁCurveConfigǁ*",),
+    ),
 }
 
 

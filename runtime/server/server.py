@@ -434,6 +434,10 @@ class PolicyServer:
             self._forward_replies()
         except Exception:
             log.exception("I/O thread failed")
+            # nothing answers clients any more: take no more work, and let the worker finish and end,
+            # or stop() waits on it, leaves the context open and never closes the engine
+            self._accepting = False
+            self.queue.close()
         finally:
             linger = 0 if self._deadline <= time.monotonic() else 200
             self._close_sockets(linger)
