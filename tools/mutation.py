@@ -510,6 +510,10 @@ SCOPES: dict[str, Scope] = {
     # A dataset read back on a dataset the test writes and a stand-in decoder: episodes in index order,
     # an episode's rows in a shared data file, columns in their features' types, observations.
     "recording-reader": Scope(("runtime/recording/reader.py",), ("tests/recording/test_reader.py",)),
+    # Exporting and lowering around ExecuTorch: the factory, every refusal before the slow steps, the
+    # manifest and test case written, the staged directory, lower-precision casts, lower_bundle; tiny
+    # torch models exported for real, the lowering itself a stand-in returning a program built by hand.
+    "bundle-export": Scope(("runtime/bundle/export.py",), ("tests/bundle/test_export_rules.py",)),
 }
 
 
