@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +37,7 @@ import numpy as np
 
 from drivers.calibration import Calibration, load_calibration
 from drivers.sim.simulator import ServoSimulator
+from runtime.bench.stats import pcts
 from runtime.paths import data_root
 
 CALIBRATION = ("configs", "calibration", "so101_sim.toml")
@@ -240,22 +241,6 @@ def floor_command(port: str, seconds: float, cpu: int) -> list[str]:
 
 
 # --- analysis ----------------------------------------------------------------------------------------
-
-
-def pcts(values: Iterable[float], *, absolute: bool = False) -> dict[str, float | None]:
-    """p50/p99/max of ``values`` (ms; of their size with ``absolute``), rounded; None where there is
-    nothing to measure. NaN values are left out."""
-    a = np.asarray(list(values), dtype=np.float64)
-    a = a[np.isfinite(a)]
-    if absolute:
-        a = np.abs(a)
-    if not len(a):
-        return {"p50": None, "p99": None, "max": None}
-    return {
-        "p50": round(float(np.percentile(a, 50)), 3),
-        "p99": round(float(np.percentile(a, 99)), 3),
-        "max": round(float(a.max()), 3),
-    }
 
 
 def period_errors_ms(stamps: np.ndarray, period_s: float) -> np.ndarray:
