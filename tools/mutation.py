@@ -514,6 +514,48 @@ SCOPES: dict[str, Scope] = {
     # manifest and test case written, the staged directory, lower-precision casts, lower_bundle; tiny
     # torch models exported for real, the lowering itself a stand-in returning a program built by hand.
     "bundle-export": Scope(("runtime/bundle/export.py",), ("tests/bundle/test_export_rules.py",)),
+    # Benchmarks, sampled: the functions that turn samples into the numbers a claim rests on (summaries,
+    # period errors and missing writes at the servos, steal, the CPU stated, what reached the servos
+    # after a kill, the worst writes); the runs that drive a workload are measurements, not decisions.
+    "bench-measures": Scope(
+        (
+            "runtime/bench/stats.py",
+            "runtime/bench/machine.py",
+            "runtime/bench/field_servos.py",
+            "runtime/bench/soak.py",
+            "runtime/bench/rtc.py",
+        ),
+        (
+            "tests/bench/test_measures.py",
+            *(
+                f"tests/server/test_bench_field.py::{t}"
+                for t in (
+                    "test_write_periods_count_missing_writes_apart_from_late_ones",
+                    "test_worst_writes_name_the_tick_the_loop_stamped_and_the_steal_around_it",
+                    "test_steal_is_read_per_cpu_and_differenced_between_samples",
+                    "test_teleop_latency_takes_the_first_target_and_the_first_write_that_carry_the_move",
+                    "test_after_kill_says_when_nothing_was_written",
+                    "test_after_kill_classes_hold_then_rest_then_torque_off",
+                    "test_after_kill_names_a_write_that_is_neither_hold_rest_nor_still",
+                )
+            ),
+        ),
+        (
+            "runtime.bench.stats.*",
+            "runtime.bench.machine.x_read_steal*",
+            "runtime.bench.machine.xǁStealSamplerǁms*",
+            "runtime.bench.machine.xǁStealSamplerǁreport*",
+            "runtime.bench.machine.x_cpu_summary*",
+            "runtime.bench.machine.x_cpu_line*",
+            "runtime.bench.field_servos.x_period_errors_ms*",
+            "runtime.bench.field_servos.x_write_periods*",
+            "runtime.bench.field_servos.x_teleop_latency*",
+            "runtime.bench.field_servos.x_after_kill*",
+            "runtime.bench.field_servos.x_worst_writes*",
+            "runtime.bench.soak.x__at*",
+            "runtime.bench.rtc.x__q*",
+        ),
+    ),
 }
 
 

@@ -398,16 +398,6 @@ def to_user(calibration: Calibration, joint: str) -> Callable[[np.ndarray], np.n
     return lambda raw: np.asarray([cal.to_user(int(r)) for r in raw], dtype=np.float64)
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    if len(args) == 3 and args[0] == "serve":
-        sys.exit(_serve(args[1], int(args[2])))
-    if len(args) == 4 and args[0] == "floor":
-        sys.exit(_floor(args[1], float(args[2]), int(args[3])))
-    print("usage: python -m runtime.bench.field_servos serve LOG CAPACITY | floor PORT SECONDS CPU", file=sys.stderr)
-    sys.exit(2)
-
-
 def worst_writes(
     times: np.ndarray,
     period_s: float,
@@ -447,3 +437,13 @@ def worst_writes(
             row["steal_ms_around"] = steal(at - 2 * period_s, at + period_s)
         rows.append(row)
     return rows
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "serve":
+        sys.exit(_serve(args[1], int(args[2])))
+    if len(args) == 4 and args[0] == "floor":
+        sys.exit(_floor(args[1], float(args[2]), int(args[3])))
+    print("usage: python -m runtime.bench.field_servos serve LOG CAPACITY | floor PORT SECONDS CPU", file=sys.stderr)
+    sys.exit(2)

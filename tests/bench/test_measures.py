@@ -1,0 +1,172 @@
+"""The numbers a benchmark's claims rest on: its summaries, the CPU it states, the samples it picks.
+
+Every expected value is worked out by hand from the samples written in the test. The measuring
+parts that need a workload (the field run, the servos' arrival stamps, the steal sampler's thread)
+are in ``tests/server/test_bench_field.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from typing import Any
+
+import numpy as np
+import pytest
+
+from runtime.bench import machine
+from runtime.bench.field_servos import period_errors_ms, write_periods
+from runtime.bench.machine import StealSampler, cpu_line, cpu_summary, read_steal
+from runtime.bench.rtc import _q
+from runtime.bench.soak import _at
+from runtime.bench.stats import pcts, summarize
+
+
+def test_summarize_rounds_median_p90_p99_mean_and_min() -> None:
+    samples = [float(v) for v in range(1, 11)]  # 1..10
+    assert summarize(samples) == {"median": 5.5, "p90": 9.1, "p99": 9.91, "mean": 5.5, "min": 1.0}
+    assert summarize([1 / 3, 2 / 3], digits=2) == {"median": 0.5, "p90": 0.63, "p99": 0.66, "mean": 0.5, "min": 0.33}
+    assert summarize([0.123456]) == {"median": 0.1235, "p90": 0.1235, "p99": 0.1235, "mean": 0.1235, "min": 0.1235}
+
+
+def test_pcts_leaves_out_nan_and_says_none_when_nothing_is_left() -> None:
+    values = [4.0, float("nan"), -10.0, 2.0, 0.0001]
+    # finite: -10, 0.0001, 2, 4 -> p50 (0.0001 + 2) / 2, p99 at 0.97 of the way from 2 to 4
+    assert pcts(values) == {"p50": 1.0, "p99": 3.94, "max": 4.0}
+    # sizes: 0.0001, 2, 4, 10
+    assert pcts(values, absolute=True) == {"p50": 3.0, "p99": 9.82, "max": 10.0}
+    assert pcts([float("nan"), float("inf")]) == {"p50": None, "p99": None, "max": None}
+    assert pcts([]) == {"p50": None, "p99": None, "max": None}
+    assert pcts(iter([1.23456])) == {"p50": 1.235, "p99": 1.235, "max": 1.235}
+
+
+def test_period_errors_are_ms_off_the_period_and_nan_where_a_write_is_missing() -> None:
+    stamps = np.array([0.0, 0.010, 0.021, 0.029, 0.049, 0.065])  # period 10 ms
+    errors = period_errors_ms(stamps, 0.010)
+    # gaps 10, 11, 8, then 20 and 16 (1.5 periods or more: a missing write)
+    np.testing.assert_allclose(errors[[0, 1, 2]], [0.0, 1.0, -2.0], atol=1e-9)
+    assert math.isnan(errors[3]) and math.isnan(errors[4])
+    np.testing.assert_allclose(period_errors_ms(np.array([0.0, 0.0149]), 0.010), [4.9], atol=1e-9)
+
+
+def test_write_periods_counts_each_missing_period_and_the_writes_off_by_more_than_5_ms() -> None:
+    # period 30 ms: gaps 30, 36 (6 ms late), 24 (6 ms early), 90 (two writes missing), 30,
+    # 75 (one missing: 2.5 periods rounds to 2), 34.9 (4.9 ms late: not counted)
+    stamps = np.cumsum([0.0, 0.030, 0.036, 0.024, 0.090, 0.030, 0.075, 0.0349])
+    r = write_periods(stamps, 0.030)
+    assert r["writes"] == 8 and r["periods"] == 5
+    assert r["off_5ms"] == 2
+    assert r["missing_periods"] == 3
+    assert r["period_error_ms"] == {"p50": 4.9, "p99": 6.0, "max": 6.0}
+    assert r["max_gap_ms"] == 90.0
+    assert write_periods(np.array([1.0]), 0.010) == {
+        "writes": 1,
+        "period_error_ms": {"p50": None, "p99": None, "max": None},
+        "periods": 0,
+        "off_5ms": 0,
+        "missing_periods": 0,
+        "max_gap_ms": None,
+    }
+
+
+def test_steal_is_the_eighth_field_of_each_cpus_line() -> None:
+    text = (
+        "cpu  10 0 5 100 0 0 0 9 0 0\n"  # the total: not a CPU
+        "cpu0 1 2 3 4 5 6 7 8 9 10\n"
+        "cpu12 1 2 3 4 5 6 7 33\n"
+        "cpu3 1 2 3 4 5 6 7\n"  # an old kernel without steal
+        "cpux 1 2 3 4 5 6 7 8\n"
+        "intr 1 2 3 4 5 6 7 8\n"
+    )
+    assert read_steal(text) == {0: 8, 12: 33, 3: 0}
+
+
+def test_steal_between_two_moments_is_taken_from_the_samples_around_them(tmp_path: Any) -> None:
+    sampler = StealSampler(path=tmp_path / "stat")
+    sampler.times = [1.0, 2.0, 3.0, 4.0]
+    sampler.samples = [{0: 10, 1: 0}, {0: 12, 1: 0}, {0: 17, 1: 5}, {0: 30}]
+    tick_ms = machine.TICK_S * 1e3
+    assert sampler.ms(0, 2.0, 3.0) == round(5 * tick_ms, 1)  # samples at exactly t0 and t1
+    assert sampler.ms(0, 1.5, 2.5) == round(7 * tick_ms, 1)  # the one before t0, the one after t1
+    assert sampler.ms(0, 0.0, 9.0) == round(20 * tick_ms, 1)  # clamped to the first and the last
+    assert sampler.ms(1, 2.0, 3.0) == round(5 * tick_ms, 1)
+    assert sampler.ms(1, 2.0, 4.0) is None  # the last sample has no CPU 1
+    assert sampler.ms(5, 1.0, 2.0) is None
+    assert sampler.report([0, 1], 2.0, 3.0) == {
+        "per_cpu_ms": {"0": round(5 * tick_ms, 1), "1": round(5 * tick_ms, 1)},
+        "resolution_ms": round(tick_ms, 1),
+    }
+
+
+LSCPU = """Architecture:             x86_64
+Model name:               Intel(R) Xeon(R) Processor
+CPU(s):                   2
+Flags:          fpu sse2 avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_int8 amx_bf16 avx512_fp16 avx_vnni xsave
+"""
+
+
+def _lscpu(monkeypatch: pytest.MonkeyPatch, out: str | Exception) -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def run(args: list[str], **kwargs: Any) -> Any:
+        calls.append(args)
+        assert kwargs["capture_output"] and kwargs["text"] and kwargs["check"] is False and kwargs["timeout"] > 0
+        if isinstance(out, Exception):
+            raise out
+        return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(machine.subprocess, "run", run)
+    return calls
+
+
+def test_the_cpu_is_stated_with_the_flags_that_decide_inference_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _lscpu(monkeypatch, LSCPU)
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1})
+    got = cpu_summary()
+    assert calls == [["lscpu"]]
+    assert got == {
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "cpu_flags": [
+            "amx_bf16",
+            "amx_int8",
+            "amx_tile",
+            "avx2",
+            "avx512_bf16",
+            "avx512_fp16",
+            "avx512_vnni",
+            "avx512f",
+            "avx_vnni",
+        ],
+        "cpus": 2,
+    }
+    assert cpu_line() == (
+        "Intel(R) Xeon(R) Processor; "
+        "amx_bf16 amx_int8 amx_tile avx2 avx512_bf16 avx512_fp16 avx512_vnni avx512f avx_vnni"
+    )
+
+
+def test_a_cpu_without_the_flags_or_without_lscpu_still_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {3})
+    _lscpu(monkeypatch, "Model name:   AMD EPYC\nFlags: fpu sse2 avx\n")
+    assert cpu_summary() == {"cpu": "AMD EPYC", "cpu_flags": [], "cpus": 1}
+    assert cpu_line() == "AMD EPYC; no AVX2"
+    _lscpu(monkeypatch, FileNotFoundError(2, "No such file or directory"))
+    assert cpu_summary() == {"cpu": "unknown", "cpu_flags": [], "cpus": 1}
+    _lscpu(monkeypatch, subprocess.TimeoutExpired(["lscpu"], 10))
+    assert cpu_line() == "unknown; no AVX2"
+    assert cpu_line({"cpu": "given", "cpu_flags": ["avx2"], "cpus": 1}) == "given; avx2"
+
+
+def test_a_soak_sample_is_the_first_at_or_after_the_moment_else_the_last() -> None:
+    samples = [{"t_s": 0.0}, {"t_s": 10.0}, {"t_s": 20.0}]
+    assert _at(samples, 10.0) is samples[1]
+    assert _at(samples, 10.1) is samples[2]
+    assert _at(samples, -1.0) is samples[0]
+    assert _at(samples, 99.0) is samples[2]
+
+
+def test_a_quantile_leaves_out_nan_and_is_nan_of_nothing() -> None:
+    assert _q(np.array([1.0, np.nan, 3.0, 2.0]), 0.5) == 2.0
+    assert _q(np.array([1.0, np.nan, 3.0]), 1.0) == 3.0
+    assert _q(np.array([0.0, 10.0]), 0.25) == 2.5
+    assert math.isnan(_q(np.array([np.nan]), 0.5)) and math.isnan(_q(np.array([]), 1.0))
