@@ -556,6 +556,9 @@ SCOPES: dict[str, Scope] = {
             "runtime.bench.rtc.x__q*",
         ),
     ),
+    # The built-in ACT-style policy: its backbone against ResNet's trunk written out in the test, its
+    # attention and layers against torch.nn's, the whole forward, the demo's ramp to a reachable pose.
+    "policies-act": Scope(("runtime/policies/act.py",), ("tests/policies/test_act.py",)),
 }
 
 
