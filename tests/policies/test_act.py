@@ -143,10 +143,7 @@ def test_the_attention_is_multi_head_attention() -> None:
     ours = Attention(16, 4).eval()
     ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
     with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q.weight, ours.k.weight, ours.v.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q.bias, ours.k.bias, ours.v.bias]))
-        ref.out_proj.weight.copy_(ours.out.weight)
-        ref.out_proj.bias.copy_(ours.out.bias)
+        _mha(ours, ref)
         x, ctx = torch.randn(2, 3, 16), torch.randn(2, 7, 16)
         torch.testing.assert_close(ours(x, ctx), ref(x, ctx, ctx, need_weights=False)[0], rtol=1e-5, atol=1e-5)
 
