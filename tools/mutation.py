@@ -559,6 +559,17 @@ SCOPES: dict[str, Scope] = {
     # The built-in ACT-style policy: its backbone against ResNet's trunk written out in the test, its
     # attention and layers against torch.nn's, the whole forward, the demo's ramp to a reachable pose.
     "policies-act": Scope(("runtime/policies/act.py",), ("tests/policies/test_act.py",)),
+    # Starting the arm process (its command, environment and configuration), the hand-shake (waiting,
+    # failing, ending early, stopped while waiting), e-stops numbered, shutdown and killing: a stand-in
+    # arm process speaking the link's messages, started as the real one is.
+    "arm-link-start": Scope(
+        ("runtime/arm/link.py",),
+        ("tests/arm/test_arm_link_start.py", "tests/arm/test_arm_link.py"),
+        tuple(
+            f"runtime.arm.link.xǁArmLinkǁ{m}*"
+            for m in ("start", "_handshake", "shutdown", "_kill", "alive", "death", "estop", "request_estop")
+        ),
+    ),
 }
 
 
