@@ -513,7 +513,38 @@ SCOPES: dict[str, Scope] = {
     # Exporting and lowering around ExecuTorch: the factory, every refusal before the slow steps, the
     # manifest and test case written, the staged directory, lower-precision casts, lower_bundle; tiny
     # torch models exported for real, the lowering itself a stand-in returning a program built by hand.
-    "bundle-export": Scope(("runtime/bundle/export.py",), ("tests/bundle/test_export_rules.py",)),
+    "bundle-export-rules": Scope(
+        ("runtime/bundle/export.py",),
+        ("tests/bundle/test_export_rules.py",),
+        tuple(
+            f"runtime.bundle.export.x_{f}*"
+            for f in (
+                "load_factory",
+                "check_device_present",
+                "lower_program",
+                "_program_entry",
+                "_named_outputs",
+                "_strip_batch",
+                "input_role",
+                "_tensor_dtype",
+                "default_scale",
+                "parse_tolerance",
+                "staged_directory",
+                "_unify_operand_dtypes",
+                "tool_versions",
+            )
+        ),
+    ),
+    # export_bundle and lower_bundle themselves, the unbatched and lower-precision wrappers: every
+    # mutant runs the tests that export (about 10 s each on 2 shared cores), so about 600 mutants take hours.
+    "bundle-export": Scope(
+        ("runtime/bundle/export.py",),
+        ("tests/bundle/test_export_rules.py",),
+        tuple(
+            f"runtime.bundle.export.x_{f}*"
+            for f in ("export_bundle", "lower_bundle", "_unbatched", "at_precision", "export_for_lowering")
+        ),
+    ),
     # Benchmarks, sampled: the functions that turn samples into the numbers a claim rests on (summaries,
     # period errors and missing writes at the servos, steal, the CPU stated, what reached the servos
     # after a kill, the worst writes); the runs that drive a workload are measurements, not decisions.
