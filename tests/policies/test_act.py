@@ -280,3 +280,30 @@ def test_the_policies_are_seeded_and_their_batch_norms_carry_statistics() -> Non
     assert model.cfg == ACT_CONFIG
     assert example["observation.images.front"].shape == (480, 640, 3)
     assert set(example) == {"observation.images.front", "observation.state"}
+
+
+def test_a_reach_under_one_degree_still_ramps() -> None:
+    torch.manual_seed(7)
+    cfg = ACTConfig(**{**SMALL.__dict__, "reach_deg": 0.5})
+    policy = ACTPolicy(cfg).eval()
+    state = torch.tensor([1.0, -2.0, 3.0, 0.0, 0.0, 49.0])
+    with torch.no_grad():
+        chunk = policy(torch.zeros(40, 56, 3, dtype=torch.uint8), state)
+    target = chunk[-1]
+    assert bool(((target - torch.tensor([0.0, 0, 0, 0, 0, 50.0])).abs() <= 0.5).all())
+    torch.testing.assert_close(chunk[0], state + (target - state) / 5)
+
+
+def test_the_examples_are_drawn_from_their_own_generator_seeded_one_past_the_model() -> None:
+    gen = torch.Generator().manual_seed(1)  # the demo's model is seeded 0
+    image = torch.randint(0, 256, (96, 128, 3), dtype=torch.uint8, generator=gen)
+    state = torch.randn(6, generator=gen)
+    _, example = make_demo_policy()
+    assert torch.equal(example["observation.images.front"], image)
+    assert torch.equal(example["observation.state"], state)
+    model, _ = make_demo_policy()
+    variances = torch.cat([m.running_var for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)])
+    means = torch.cat([m.running_mean for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)])
+    # drawn across their whole ranges: U(0.5, 1.5) and U(-0.1, 0.1)
+    assert float(variances.max()) > 1.25 and float(variances.min()) < 0.75
+    assert float(means.min()) < -0.05 and float(means.max()) > 0.05
