@@ -218,16 +218,17 @@ def test_an_int64_reduction_is_warned_about_from_its_output_or_its_input() -> No
     i64, f32 = torch.empty(3, dtype=torch.int64), torch.empty(3)
     nodes = [
         Node("x", op="placeholder", meta={"val": f32}),
-        # an int64 output of a float input (cumsum(x, dtype=int64))
-        _reduction("aten::cumsum", i64, Node("x", meta={"val": f32}), 0),
-        # a float output of an int64 input (sum(x, dtype=float))
-        _reduction("aten::sum", f32, Node("steps", meta={"val": i64}), node_name="aten_sum_dim_IntList"),
-        _reduction("aten::prod", f32, Node("x", meta={"val": f32})),  # float in, float out: fine
+        # what is not an int64 reduction comes first: the check goes on past each
         _reduction("aten::mean", i64, Node("steps", meta={"val": i64})),  # not a reduction OpenVINO narrows
         Node("getitem", target=operator.getitem, args=(Node("d"), 0)),  # a target without a schema
         Node("noschema", target=type("Op", (), {"_schema": None})()),  # a schema without a name
+        _reduction("aten::prod", f32, Node("x", meta={"val": f32})),  # float in, float out: fine
         _reduction("aten::cumsum", None, Node("n"), Node("m", meta={}), node_name="unknown_types"),
+        # an int64 output of a float input (cumsum(x, dtype=int64))
+        _reduction("aten::cumsum", i64, Node("x", meta={"val": f32}), 0),
         Node("lowered", op="get_attr", target="aten::cumsum"),
+        # a float output of an int64 input (sum(x, dtype=float))
+        _reduction("aten::sum", f32, Node("steps", meta={"val": i64}), node_name="aten_sum_dim_IntList"),
     ]
 
     findings = _int64_reductions(Lowered(b"", nodes=nodes), "OpenVINO delegate 3")
@@ -260,3 +261,16 @@ def test_enforce_warns_about_what_may_go_wrong_and_refuses_what_will(caplog: pyt
 def test_passthrough_outputs_reads_the_compiled_blob(blobs: dict[str, bytes]) -> None:
     assert passthrough_outputs(blobs["passthrough"], "CPU") == [(1, 1)]
     assert passthrough_outputs(blobs["clean"], "CPU") == []
+
+
+def test_an_int64_reduction_inside_a_delegate_is_named_by_the_delegate(blobs: dict[str, bytes]) -> None:
+    import torch
+
+    x = Node("x", op="placeholder")
+    call, (y,) = _delegate(0, [x], 1)
+    out = Node("output", op="output", args=([y],))
+    cumsum = _reduction("aten::cumsum", torch.empty(3, dtype=torch.int64), Node("x", meta={}))
+    edge = Edge([x, call, y, out], {"lowered_module_0": Lowered(blobs["clean"], nodes=[cumsum])})
+    assert check_lowered(edge, "CPU") == [
+        Finding(False, f"OpenVINO delegate 0: int64 aten::cumsum at 'aten_cumsum_default' {INT64}")
+    ]
