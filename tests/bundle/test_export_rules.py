@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -692,3 +693,60 @@ def test_a_failed_lowering_names_the_device_and_the_error(monkeypatch: pytest.Mo
     with pytest.raises(ExportError) as err:
         export.lower_program("exported", "CPU")
     assert str(err.value) == "lowering for CPU failed: ValueError: bad memory plan"
+
+
+# --- operands cast to their op's dtype ----------------------------------------------------------------
+
+
+def _node(graph: Any, target: Any, args: tuple[Any, ...], val: Any, **kwargs: Any) -> Any:
+    node = graph.call_function(target, args, kwargs or None)
+    node.meta["val"] = val
+    return node
+
+
+def test_float_operands_are_cast_to_their_ops_dtype_where_autocast_left_them_mixed() -> None:
+    aten = torch.ops.aten
+    bf16, f32 = torch.empty(3, dtype=torch.bfloat16), torch.empty(3)
+    g = torch.fx.Graph()
+    a, w, b = g.placeholder("a"), g.placeholder("w"), g.placeholder("b")
+    a.meta["val"], w.meta["val"], b.meta["val"] = bf16, f32, f32
+    n = g.placeholder("n")
+    n.meta["val"] = 3  # not a tensor (a size)
+    steps = _node(g, aten.arange.default, (3,), torch.empty(3, dtype=torch.int64), dtype=torch.int64)
+    add = _node(g, aten.add.Tensor, (a, w), bf16)  # a bf16 result of bf16 and float32 operands
+    # a tuple result: the first is the op's dtype (layer_norm's normalised output; its statistics float32)
+    norm = _node(g, aten.native_layer_norm.default, (add, [3], w, b, 1e-5), (bf16, f32, f32))
+    out0 = _node(g, operator.getitem, (norm, 0), bf16)
+    scaled = _node(g, aten.mul.Tensor, (out0, n), bf16)
+    g.output((scaled, w, steps)).meta["val"] = [bf16, f32, torch.empty(3, dtype=torch.int64)]
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+
+    export._unify_operand_dtypes(gm)
+
+    def cast_of(node: Any) -> Any:
+        assert node.target is aten._to_copy.default, node
+        assert node.kwargs == {"dtype": torch.bfloat16} and node.meta["val"].dtype == torch.bfloat16
+        (source,) = node.args
+        return source
+
+    assert add.args[0] is a and cast_of(add.args[1]) is w  # what is already bf16 is not cast
+    assert norm.args[0] is add and cast_of(norm.args[2]) is w and cast_of(norm.args[3]) is b
+    assert scaled.args == (out0, n)  # a non-tensor operand is left alone
+    output = next(x for x in gm.graph.nodes if x.op == "output")
+    assert output.args[0] == (scaled, w, steps)  # the program's outputs keep their dtypes
+    casts = [x for x in gm.graph.nodes if x.target is aten._to_copy.default]
+    assert len(casts) == 3
+    # the graph still runs, in bf16 where the op computes
+    x = torch.tensor([1.0, 2.0, 4.0], dtype=torch.bfloat16)
+    got, weight, _ = gm(x, torch.tensor([0.5, 1.0, 2.0]), torch.zeros(3), 2)
+    assert got.dtype == torch.bfloat16 and weight.dtype == torch.float32
+
+
+def test_a_factory_file_is_importable_by_its_own_module_name(tmp_path: Path) -> None:
+    f = tmp_path / "with_dataclass.py"
+    f.write_text(
+        "from dataclasses import dataclass\n\n"
+        "@dataclass\nclass Settings:\n    width: int = 4\n\n"
+        "def make():\n    return Settings()\n"
+    )
+    assert load_factory(f"{f}:make")().width == 4  # a dataclass needs its module in sys.modules
