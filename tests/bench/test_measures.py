@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from runtime.bench import machine
-from runtime.bench.field_servos import period_errors_ms, write_periods
+from runtime.bench.field_servos import ServoLog, after_kill, period_errors_ms, teleop_latency, write_periods
 from runtime.bench.machine import StealSampler, cpu_line, cpu_summary, read_steal
 from runtime.bench.rtc import _q
 from runtime.bench.soak import _at
@@ -170,3 +170,108 @@ def test_a_quantile_leaves_out_nan_and_is_nan_of_nothing() -> None:
     assert _q(np.array([1.0, np.nan, 3.0]), 1.0) == 3.0
     assert _q(np.array([0.0, 10.0]), 0.25) == 2.5
     assert math.isnan(_q(np.array([np.nan]), 0.5)) and math.isnan(_q(np.array([]), 1.0))
+
+
+P = 1 / 30  # the control period of the servo logs below
+
+
+def _log(writes: list[tuple[float, list[int]]], torque: list[tuple[float, int]] | None = None) -> ServoLog:
+    """Six servos (ids 1-6) that heard ``writes`` (time, one goal per servo) and ``torque`` (time, value)."""
+    goals = {i + 1: np.array([[t, g[i]] for t, g in writes], dtype=np.float64).reshape(-1, 2) for i in range(6)}
+    torques = {i + 1: np.array(torque or [], dtype=np.float64).reshape(-1, 2) for i in range(6)}
+    return ServoLog("SCHED_FIFO 40", goals, torques)
+
+
+def _kill_log() -> ServoLog:
+    before = [(0.0, [2000] * 6), (P, [2001] * 6)]
+    hold = [(2 * P, [2001] * 6)]
+    rest = [(3 * P + k * P, [2001, 2001, 2010 + 10 * k, 2001, 2001, 2001]) for k in range(3)]
+    still = [(6 * P, [2001, 2001, 2031, 2001, 2001, 2001])]
+    return _log(before + hold + rest + still, [(0.01, 1), (0.5, 0)])
+
+
+def test_what_reached_the_servos_after_a_kill_field_by_field() -> None:
+    # killed at 1.5 periods: the last goal before it at one period; then a hold at the next tick, three
+    # steps toward the rest pose (joint 3 to 2030), a write a tick off the last one; torque off at 0.5 s
+    assert after_kill(_kill_log(), 1.5 * P, P, {3: 2030, 9: 0}) == {
+        "writes_after": 5,
+        "torque_writes_after": 6,  # one per servo after the kill; the ones before it not counted
+        "torque_off_after_ms": 450.0,
+        "last_write_before_ms": -16.7,
+        "first": {
+            "after_kill_ms": 16.7,
+            "after_last_write_ms": 33.3,
+            "at_next_tick": True,
+            "is_hold": True,
+            "max_diff_from_last_goal_ticks": 0,
+        },
+        "runs": [
+            {"kind": "hold", "writes": 1, "from_ms": 16.7, "to_ms": 16.7},
+            {"kind": "rest", "writes": 3, "from_ms": 50.0, "to_ms": 116.7},
+            {"kind": "still", "writes": 1, "from_ms": 150.0, "to_ms": 150.0},
+        ],
+        "rest_reached": True,  # within a tick of the rest pose
+        "verdict": "hold x1, then rest x3, then still x1, then torque off at 450 ms",
+    }
+
+
+def test_a_kill_judged_to_the_tick_names_the_last_write_other() -> None:
+    r = after_kill(_kill_log(), 1.5 * P, P, {3: 2030}, tolerance_ticks=0)
+    assert [(run["kind"], run["writes"]) for run in r["runs"]] == [("hold", 1), ("rest", 3), ("other", 1)]
+    assert r["rest_reached"] is False
+
+
+def test_writes_after_a_kill_with_none_before_it_have_no_hold_to_compare_with() -> None:
+    log = _log([(0.01, [2000] * 6), (0.05, [2001] * 6), (0.06, [2010] * 6)], [(-0.5, 0), (0.05, 1)])
+    assert after_kill(log, 0.0, P, {}) == {
+        "writes_after": 3,
+        "torque_writes_after": 6,  # torque on: counted, not torque off
+        "torque_off_after_ms": None,
+        "last_write_before_ms": None,
+        "first": {
+            "after_kill_ms": 10.0,
+            "after_last_write_ms": None,
+            "at_next_tick": False,
+            "is_hold": False,
+            "max_diff_from_last_goal_ticks": None,
+        },
+        "runs": [
+            {"kind": "other", "writes": 1, "from_ms": 10.0, "to_ms": 10.0},
+            {"kind": "still", "writes": 1, "from_ms": 50.0, "to_ms": 50.0},
+            {"kind": "other", "writes": 1, "from_ms": 60.0, "to_ms": 60.0},
+        ],
+        "rest_reached": False,  # no rest pose given
+        "verdict": "other x1, then still x1, then other x1",
+    }
+
+
+def test_no_write_after_a_kill_says_whether_torque_went_off() -> None:
+    log = _log([(0.0, [2000] * 6), (P, [2001] * 6)], [(0.2, 0)])
+    assert after_kill(log, 0.05, P, {3: 2200}) == {
+        "writes_after": 0,
+        "torque_writes_after": 6,
+        "torque_off_after_ms": 150.0,
+        "last_write_before_ms": -16.7,
+        "verdict": "no write after the kill, torque off",
+        "first": None,
+        "runs": [],
+    }
+
+
+def test_teleop_latency_per_move_from_the_first_target_carrying_it_to_the_first_write_carrying_it() -> None:
+    moves = [(1.0, 1.0), (2.0, 0.0), (3.0, 5.0), (4.0, 7.0)]
+    # the move to 5 is never sent; the move to 7 is sent but never written
+    sends = [(0.99, 0.0), (1.01, 1.0), (1.04, 1.0), (2.02, 0.0), (4.01, 7.0)]
+    times = np.array([1.0, 1.0333, 1.0666, 2.0, 2.0333, 4.5])
+    values = np.array([0.0, 1.0, 1.0, 1.0, 0.0, 6.9])
+    r = teleop_latency(times, values, moves, sends, 0.05)
+    assert r == {
+        "moves": 4,
+        "measured": 2,
+        "missed": 2,
+        "send_to_write_ms": pytest.approx({"p50": 18.3, "p99": 23.2, "max": 23.3}, abs=1e-3),
+        "move_to_write_ms": pytest.approx({"p50": 33.3, "p99": 33.3, "max": 33.3}, abs=1e-3),
+    }
+    # within the tolerance on both sides: a target or a goal 0.03 off still carries the move
+    r = teleop_latency(np.array([1.5]), np.array([1.03]), [(1.0, 1.0)], [(1.2, 0.97)], 0.05)
+    assert (r["measured"], r["send_to_write_ms"]["max"], r["move_to_write_ms"]["max"]) == (1, 300.0, 500.0)
