@@ -307,3 +307,35 @@ def test_the_examples_are_drawn_from_their_own_generator_seeded_one_past_the_mod
     # drawn across their whole ranges: U(0.5, 1.5) and U(-0.1, 0.1)
     assert float(variances.max()) > 1.25 and float(variances.min()) < 0.75
     assert float(means.min()) < -0.05 and float(means.max()) > 0.05
+
+
+def test_a_stage_that_keeps_its_width_still_projects_its_strided_input() -> None:
+    cfg = ACTConfig(stage_channels=(8, 8), blocks_per_stage=1)
+    torch.manual_seed(8)
+    ours = Backbone(cfg).eval()
+    _randomize_batch_norms(ours)
+    x = torch.rand(1, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), _resnet(x, ours, cfg), rtol=1e-5, atol=1e-5)
+
+
+def test_the_learned_embeddings_start_small_and_every_layer_is_there() -> None:
+    torch.manual_seed(9)
+    policy = ACTPolicy(SMALL)
+    for embedding in (policy.pos.detach(), policy.queries.detach()):  # N(0, 0.02), as ACT initialises them
+        assert 0.012 < float(embedding.std()) < 0.028 and abs(float(embedding.mean())) < 0.01
+    assert len(policy.encoder) == 2 and len(policy.decoder) == 2
+    with torch.device("meta"):
+        act = ACTPolicy(ACT_CONFIG)
+    # 480 x 640 at ResNet18's stride of 32: a 15 x 20 grid, and the state's token
+    assert act.pos.shape == (1, 15 * 20 + 1, 512) and act.queries.shape == (1, 100, 512)
+    assert len(act.encoder) == 4 and len(act.decoder) == 1
+
+
+def test_the_act_examples_are_drawn_from_their_own_generator() -> None:
+    gen = torch.Generator().manual_seed(1)
+    image = torch.randint(0, 256, (480, 640, 3), dtype=torch.uint8, generator=gen)
+    state = torch.randn(6, generator=gen)
+    _, example = make_act_policy()
+    assert torch.equal(example["observation.images.front"], image)
+    assert torch.equal(example["observation.state"], state)
