@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from runtime.bench import machine
-from runtime.bench.field_servos import ServoLog, after_kill, period_errors_ms, teleop_latency, write_periods
+from runtime.bench.field_servos import (
+    ServoLog,
+    after_kill,
+    period_errors_ms,
+    teleop_latency,
+    worst_writes,
+    write_periods,
+)
 from runtime.bench.machine import StealSampler, cpu_line, cpu_summary, read_steal
 from runtime.bench.rtc import _q
 from runtime.bench.soak import _at
@@ -275,3 +282,119 @@ def test_teleop_latency_per_move_from_the_first_target_carrying_it_to_the_first_
     # within the tolerance on both sides: a target or a goal 0.03 off still carries the move
     r = teleop_latency(np.array([1.5]), np.array([1.03]), [(1.0, 1.0)], [(1.2, 0.97)], 0.05)
     assert (r["measured"], r["send_to_write_ms"]["max"], r["move_to_write_ms"]["max"]) == (1, 300.0, 500.0)
+
+
+# --- edges, on times a binary float holds exactly (a period of 0.25 s) -----------------------------------
+
+Q = 0.25
+
+
+def test_a_gap_of_exactly_one_and_a_half_periods_is_a_missing_write() -> None:
+    assert math.isnan(period_errors_ms(np.array([0.0, 0.375]), Q)[0])
+    r = write_periods(np.array([0.0, 0.375, 0.6253456]), Q)
+    assert r["missing_periods"] == 1 and r["periods"] == 1
+    assert r["max_gap_ms"] == 375.0
+    assert write_periods(np.array([0.0, 0.0123456]), Q)["max_gap_ms"] == 12.346
+
+
+def test_teleop_latency_counts_a_target_and_a_write_at_the_same_instant_and_at_the_tolerance() -> None:
+    # sent and written at the very instant of the move, each exactly the tolerance off the value
+    r = teleop_latency(np.array([1.0]), np.array([1.5]), [(1.0, 1.0)], [(1.0, 0.5)], 0.5)
+    assert (r["measured"], r["missed"], r["move_to_write_ms"]["max"]) == (1, 0, 0.0)
+    # never sent, never sent, sent but never written, then one measured
+    moves = [(1.0, 5.0), (2.0, 6.0), (3.0, 7.0), (4.0, 8.0)]
+    sends = [(3.25, 7.0), (4.25, 8.0)]
+    r = teleop_latency(np.array([4.5]), np.array([8.0]), moves, sends, 0.1)
+    assert (r["moves"], r["measured"], r["missed"]) == (4, 1, 3)
+    assert r["send_to_write_ms"]["max"] == 250.0 and r["move_to_write_ms"]["max"] == 500.0
+
+
+def _servos(writes: list[tuple[float, int]], torque: list[tuple[float, int]] | None = None) -> ServoLog:
+    """Six servos that heard the same goal at each write."""
+    return _log([(t, [g] * 6) for t, g in writes], torque)
+
+
+def test_a_write_and_a_torque_write_at_the_instant_of_the_kill_count_as_after_it() -> None:
+    r = after_kill(_servos([(-1.0, 2000), (0.5, 2000)], [(0.5, 0)]), 0.5, Q, {})
+    assert (r["writes_after"], r["torque_writes_after"], r["torque_off_after_ms"]) == (1, 6, 0.0)
+    assert r["last_write_before_ms"] == -1500.0 and r["first"]["after_kill_ms"] == 0.0
+    r = after_kill(_servos([(0.0, 2000), (1.12371, 2000)], [(1.12371, 0)]), 1.0, Q, {})
+    assert r["torque_off_after_ms"] == 123.7 and r["first"]["after_kill_ms"] == 123.7
+
+
+def test_the_first_write_after_a_kill_is_at_the_next_tick_only_within_half_a_period() -> None:
+    for gap, at_next in ((0.25, True), (0.375, False), (0.5, False), (0.125, False)):
+        r = after_kill(_servos([(0.0, 2000), (gap, 2000)]), 0.01, Q, {})
+        assert r["first"]["at_next_tick"] is at_next, gap
+
+
+def test_each_write_after_a_kill_is_classed_against_the_hold_the_rest_pose_and_the_write_before() -> None:
+    # rest at 1970 for servos 1 and 2. The last goal 2000; a tick off it (a hold); two off the write
+    # before and away from rest (still); toward rest (rest); as far from rest as the write before (not
+    # toward it: other); three off the write before, away from rest (other); two off, twice (still)
+    writes = [(0.0, 2000), (1.0, 2001), (2.0, 2003), (3.0, 1995), (4.0, 1945), (5.0, 1942), (6.0, 1940), (7.0, 1938)]
+    r = after_kill(_servos(writes), 0.5, 1.0, {1: 1970, 2: 1970})
+    assert r["first"]["is_hold"] is True and r["first"]["max_diff_from_last_goal_ticks"] == 1
+    assert [(run["kind"], run["writes"], run["from_ms"], run["to_ms"]) for run in r["runs"]] == [
+        ("hold", 1, 500.0, 500.0),
+        ("still", 1, 1500.0, 1500.0),
+        ("rest", 1, 2500.0, 2500.0),
+        ("other", 2, 3500.0, 4500.0),
+        ("still", 2, 5500.0, 6500.0),
+    ]
+    # the rest pose is reached within a tick per rest joint
+    near = after_kill(_servos([(0.0, 2000), (1.0, 2029)]), 0.5, 1.0, {1: 2030, 2: 2030})
+    assert near["rest_reached"] is True
+    far = after_kill(_servos([(0.0, 2000), (1.0, 2028)]), 0.5, 1.0, {1: 2030, 2: 2030})
+    assert far["rest_reached"] is False
+
+
+def test_without_a_hold_to_compare_a_write_two_ticks_off_the_last_goal_is_still_not_a_hold() -> None:
+    r = after_kill(_servos([(0.0, 2000), (1.0, 2002)]), 0.5, 1.0, {})
+    assert r["first"]["is_hold"] is False and r["first"]["max_diff_from_last_goal_ticks"] == 2
+    assert r["verdict"] == "still x1"
+
+
+def test_the_worst_writes_inside_the_window_its_edges_included_worst_first() -> None:
+    # period 0.25: writes every period from 1.0, with errors of +0.0001 and +0.0002 ms apart that round
+    # to the same ms, so the earlier is named first; seven writes off, five named by default
+    stamps = np.array([0.0, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 4.0])
+    stamps[3] += 0.0020001
+    stamps[6] += 0.0020002
+    rows = worst_writes(stamps, Q, (1.0, 3.25), None, None)
+    assert len(rows) == 5
+    # seconds into the window of each late write and of the on-time write after it
+    assert [r["at_s"] for r in rows[:4]] == [0.502, 0.75, 1.252, 1.5]
+    assert [r["period_error_ms"] for r in rows[:4]] == [2.0, -2.0, 2.0, -2.0]
+    everything = worst_writes(stamps, Q, (1.0, 3.25), None, None, n=20)
+    assert len(everything) == 9  # the periods inside the window, both edges included
+
+
+def test_a_worst_write_is_matched_to_the_loops_tick_within_half_a_period() -> None:
+    stamps = np.array([0.0, 0.25, 0.5, 0.7524])  # the last write 2.4 ms late
+    # the loop's tick stamps: deadline t plus write_ms after it, less late_ms
+    flight = {
+        "t": np.array([0.0, 0.25, 0.5, 0.75]),
+        "late_ms": np.array([0.0, 0.0, 0.0, 0.125]),
+        "write_ms": np.array([0.0, 0.0, 0.0, 1.125]),
+    }
+    (row,) = worst_writes(stamps, Q, (0.0, 1.0), flight, lambda a, b: 0.0, n=1)
+    assert row == {
+        "at_s": 0.752,
+        "period_error_ms": 2.4,
+        "loop_woke_late_ms": 0.125,
+        "loop_write_after_deadline_ms": 1.125,
+        "arrived_after_loop_stamp_ms": 1.4,
+        "steal_ms_around": 0.0,
+    }
+    # the last tick alone, its stamp (0.751 s) moved off the write the servos heard at 0.7524 s
+    for offset, matched in ((0.1, True), (0.2, False)):
+        moved = {k: v[3:] for k, v in flight.items()}
+        moved["t"] = moved["t"] + offset
+        (row,) = worst_writes(stamps, Q, (0.0, 1.0), moved, None, n=1)
+        assert ("loop_woke_late_ms" in row) is matched, offset
+
+
+def test_a_model_name_with_a_colon_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    _lscpu(monkeypatch, "Model name:  Vendor CPU: rev 2 : fast\nFlags: avx2\n")
+    assert cpu_summary()["cpu"] == "Vendor CPU: rev 2 : fast"
