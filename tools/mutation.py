@@ -119,8 +119,12 @@ SCOPES: dict[str, Scope] = {
     # (two stand-in processes) when it is not, and the new directory replacing the old one.
     "bundle-store": Scope(("runtime/bundle/demo.py",), ("tests/bundle/test_demo.py",)),
     # The checks on a freshly lowered program: an output that is an input passed through, a non-default
-    # dim order at a partition edge, int64 reductions inside a delegate (tiny graphs exported in the test).
-    "bundle-lowering-checks": Scope(("runtime/bundle/lowering_checks.py",), ("tests/engine/test_lowering_checks.py",)),
+    # dim order at a partition edge, int64 reductions inside a delegate (a lowered graph made in the test
+    # and a real OpenVINO blob; that those shapes really come out wrong is in the export tests of
+    # tests/engine/test_lowering_checks.py, about 11 s per mutant, too slow to run here).
+    "bundle-lowering-checks": Scope(
+        ("runtime/bundle/lowering_checks.py",), ("tests/bundle/test_lowering_findings.py",)
+    ),
     # What lowering tells OpenVINO: CPU programs compiled at f32 without snippets (a stand-in Core, a real
     # compile, a gated MLP imported on one thread), and 0-d bf16 constants made from their value.
     "bundle-lowering": Scope(
@@ -835,6 +839,97 @@ SCOPES: dict[str, Scope] = {
         ("runtime/server/config.py", "runtime/protocol/__init__.py"),
         ("tests/server/test_server_config.py",),
         ("runtime.server.config.xǁCurveConfigǁ*",),
+    ),
+    # Exporting and lowering around ExecuTorch: the factory, every refusal before the slow steps, the
+    # manifest and test case written, the staged directory, lower-precision casts, lower_bundle; tiny
+    # torch models exported for real, the lowering itself a stand-in returning a program built by hand.
+    "bundle-export-rules": Scope(
+        ("runtime/bundle/export.py",),
+        ("tests/bundle/test_export_rules.py",),
+        tuple(
+            f"runtime.bundle.export.x_{f}*"
+            for f in (
+                "load_factory",
+                "check_device_present",
+                "lower_program",
+                "_program_entry",
+                "_named_outputs",
+                "_strip_batch",
+                "input_role",
+                "_tensor_dtype",
+                "default_scale",
+                "parse_tolerance",
+                "staged_directory",
+                "_unify_operand_dtypes",
+                "tool_versions",
+            )
+        ),
+    ),
+    # export_bundle and lower_bundle themselves, the unbatched and lower-precision wrappers: every
+    # mutant runs the tests that export (about 10 s each on 2 shared cores), so about 600 mutants take hours.
+    "bundle-export": Scope(
+        ("runtime/bundle/export.py",),
+        ("tests/bundle/test_export_rules.py",),
+        tuple(
+            f"runtime.bundle.export.x_{f}*"
+            for f in ("export_bundle", "lower_bundle", "_unbatched", "at_precision", "export_for_lowering")
+        ),
+    ),
+    # Benchmarks, sampled: the functions that turn samples into the numbers a claim rests on (summaries,
+    # period errors and missing writes at the servos, steal, the CPU stated, what reached the servos
+    # after a kill, the worst writes); the runs that drive a workload are measurements, not decisions.
+    "bench-measures": Scope(
+        (
+            "runtime/bench/stats.py",
+            "runtime/bench/machine.py",
+            "runtime/bench/field_servos.py",
+            "runtime/bench/soak.py",
+            "runtime/bench/rtc.py",
+        ),
+        (
+            "tests/bench/test_measures.py",
+            *(
+                f"tests/server/test_bench_field.py::{t}"
+                for t in (
+                    "test_write_periods_count_missing_writes_apart_from_late_ones",
+                    "test_worst_writes_name_the_tick_the_loop_stamped_and_the_steal_around_it",
+                    "test_steal_is_read_per_cpu_and_differenced_between_samples",
+                    "test_teleop_latency_takes_the_first_target_and_the_first_write_that_carry_the_move",
+                    "test_after_kill_says_when_nothing_was_written",
+                    "test_after_kill_classes_hold_then_rest_then_torque_off",
+                    "test_after_kill_names_a_write_that_is_neither_hold_rest_nor_still",
+                )
+            ),
+        ),
+        (
+            "runtime.bench.stats.*",
+            "runtime.bench.machine.x_read_steal*",
+            "runtime.bench.machine.xǁStealSamplerǁms*",
+            "runtime.bench.machine.xǁStealSamplerǁreport*",
+            "runtime.bench.machine.x_cpu_summary*",
+            "runtime.bench.machine.x_cpu_line*",
+            "runtime.bench.field_servos.x_period_errors_ms*",
+            "runtime.bench.field_servos.x_write_periods*",
+            "runtime.bench.field_servos.x_teleop_latency*",
+            "runtime.bench.field_servos.x_after_kill*",
+            "runtime.bench.field_servos.x_worst_writes*",
+            "runtime.bench.soak.x__at*",
+            "runtime.bench.rtc.x__q*",
+        ),
+    ),
+    # The built-in ACT-style policy: its backbone against ResNet's trunk written out in the test, its
+    # attention and layers against torch.nn's, the whole forward, the demo's ramp to a reachable pose.
+    "policies-act": Scope(("runtime/policies/act.py",), ("tests/policies/test_act.py",)),
+    # Starting the arm process (its command, environment and configuration), the hand-shake (waiting,
+    # failing, ending early, stopped while waiting), e-stops numbered, shutdown and killing: a stand-in
+    # arm process speaking the link's messages, started as the real one is.
+    "arm-link-start": Scope(
+        ("runtime/arm/link.py",),
+        ("tests/arm/test_arm_link_start.py", "tests/arm/test_arm_link.py"),
+        tuple(
+            f"runtime.arm.link.xǁArmLinkǁ{m}*"
+            for m in ("start", "_handshake", "shutdown", "_kill", "alive", "death", "estop", "request_estop")
+        ),
     ),
 }
 

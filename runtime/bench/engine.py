@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.bench.machine import cpu_summary
 from runtime.bench.stats import summarize
 from runtime.bundle.bundle import Bundle
 from runtime.engine.affinity import inference_cpus, pin_current_thread
@@ -316,7 +317,7 @@ def run_engine_bench(
         "refused": refused,
         "int8": quant,
         "cold_start": cs,
-        "machine": {"cpu_count": os.cpu_count(), "cpu_flags": cpu_flags()},
+        "machine": {"cpu_count": os.cpu_count(), "cpu_flags": cpu_summary()["cpu_flags"]},
     }
 
 
@@ -369,14 +370,3 @@ def nncf_peer(f32: Any, calibration: str, threads: int) -> tuple[Callable[[], di
         return {name: np.array(request.infer(inputs, share_inputs=True)[index], copy=True)}
 
     return run, f"int8 (arithmetic {executed_precision(compiled)})"
-
-
-def cpu_flags() -> list[str]:
-    """The CPU features that decide bf16 and INT8 speed (AVX-512, VNNI, BF16, AMX), from /proc/cpuinfo."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    keep = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8", "amx_tile")
-    return [f for f in flags if f in keep]

@@ -51,7 +51,6 @@ from runtime.bench.field_servos import (
     after_kill,
     calibration_path,
     floor_command,
-    pcts,
     period_errors_ms,
     raw_goals,
     teleop_latency,
@@ -60,6 +59,7 @@ from runtime.bench.field_servos import (
     write_periods,
 )
 from runtime.bench.machine import PtyWorkerBoost, StealSampler, cpu_summary
+from runtime.bench.stats import pcts
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +37,7 @@ import numpy as np
 
 from drivers.calibration import Calibration, load_calibration
 from drivers.sim.simulator import ServoSimulator
+from runtime.bench.stats import pcts
 from runtime.paths import data_root
 
 CALIBRATION = ("configs", "calibration", "so101_sim.toml")
@@ -242,22 +243,6 @@ def floor_command(port: str, seconds: float, cpu: int) -> list[str]:
 # --- analysis ----------------------------------------------------------------------------------------
 
 
-def pcts(values: Iterable[float], *, absolute: bool = False) -> dict[str, float | None]:
-    """p50/p99/max of ``values`` (ms; of their size with ``absolute``), rounded; None where there is
-    nothing to measure. NaN values are left out."""
-    a = np.asarray(list(values), dtype=np.float64)
-    a = a[np.isfinite(a)]
-    if absolute:
-        a = np.abs(a)
-    if not len(a):
-        return {"p50": None, "p99": None, "max": None}
-    return {
-        "p50": round(float(np.percentile(a, 50)), 3),
-        "p99": round(float(np.percentile(a, 99)), 3),
-        "max": round(float(a.max()), 3),
-    }
-
-
 def period_errors_ms(stamps: np.ndarray, period_s: float) -> np.ndarray:
     """Each period between consecutive writes minus ``period_s`` (ms); NaN where a write is missing
     (a gap of 1.5 periods or more: that is a missing write, counted apart, as the daemon breaks its chain)."""
@@ -413,16 +398,6 @@ def to_user(calibration: Calibration, joint: str) -> Callable[[np.ndarray], np.n
     return lambda raw: np.asarray([cal.to_user(int(r)) for r in raw], dtype=np.float64)
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    if len(args) == 3 and args[0] == "serve":
-        sys.exit(_serve(args[1], int(args[2])))
-    if len(args) == 4 and args[0] == "floor":
-        sys.exit(_floor(args[1], float(args[2]), int(args[3])))
-    print("usage: python -m runtime.bench.field_servos serve LOG CAPACITY | floor PORT SECONDS CPU", file=sys.stderr)
-    sys.exit(2)
-
-
 def worst_writes(
     times: np.ndarray,
     period_s: float,
@@ -462,3 +437,13 @@ def worst_writes(
             row["steal_ms_around"] = steal(at - 2 * period_s, at + period_s)
         rows.append(row)
     return rows
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "serve":
+        sys.exit(_serve(args[1], int(args[2])))
+    if len(args) == 4 and args[0] == "floor":
+        sys.exit(_floor(args[1], float(args[2]), int(args[3])))
+    print("usage: python -m runtime.bench.field_servos serve LOG CAPACITY | floor PORT SECONDS CPU", file=sys.stderr)
+    sys.exit(2)

@@ -29,6 +29,7 @@ import msgpack
 import numpy as np
 
 from runtime.arm.wire import pack_array, pack_snapshot
+from runtime.bench.stats import pcts
 from runtime.control.snapshot import Snapshot
 
 SLOT = 1 << 16
@@ -131,11 +132,6 @@ def _shm_read(buf: Any, seen: int) -> tuple[int, bytes] | None:
 # --- the measurements -------------------------------------------------------------------------------
 
 
-def _stats(us: list[float]) -> dict[str, float]:
-    a = np.asarray(us)
-    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
-
-
 def _measure(send: Any, wait: Any, take: Any, message: bytes, n: int) -> dict[str, Any]:
     """``wait`` blocks until the reply can be taken (the sockets' poll; nothing for shared memory);
     ``take`` takes it without waiting, or returns None: its cost is what a tick would pay."""
@@ -157,7 +153,7 @@ def _measure(send: Any, wait: Any, take: Any, message: bytes, n: int) -> dict[st
         take_us.append((t3 - t2) * 1e6)
         rtt_us.append((t3 - t0) * 1e6)
         msgpack.unpackb(data, raw=False, strict_map_key=False)
-    return {"send_us": _stats(send_us), "take_us": _stats(take_us), "round_trip_us": _stats(rtt_us)}
+    return {"send_us": pcts(send_us), "take_us": pcts(take_us), "round_trip_us": pcts(rtt_us)}
 
 
 def _seqpacket(message: bytes, n: int) -> dict[str, Any]:
@@ -242,11 +238,11 @@ def _shm(message: bytes, n: int) -> dict[str, Any]:
 def run_ipc_bench(n: int = 2000) -> dict[str, Any]:
     import tempfile
 
-    from runtime.bench.loop import cpu_flags
+    from runtime.bench.machine import cpu_line
 
     tick, chunk = _payloads()
     out: dict[str, Any] = {
-        "cpu": cpu_flags(),
+        "cpu": cpu_line(),
         "cpus": len(os.sched_getaffinity(0)),
         "messages": n,
         "bytes": {"tick": len(tick), "chunk": len(chunk)},

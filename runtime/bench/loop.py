@@ -26,6 +26,7 @@ import numpy as np
 
 from drivers.calibration import load_calibration
 from drivers.feetech.bus import FeetechBus
+from runtime.bench.machine import cpu_line
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.control.feed import StreamFeed
 from runtime.control.handler import ServerInference
@@ -77,17 +78,6 @@ def _serve_servos() -> int:
     sys.stdin.read()  # until the parent closes our stdin
     sim.stop()
     return 0
-
-
-def cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
-    wanted = [f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile")]
-    return f"{model}; {' '.join(wanted) or 'no AVX2'}"
 
 
 def _image_spec(engine: Engine) -> tuple[str, tuple[int, ...]]:
@@ -253,7 +243,7 @@ def run_loop_bench(
         "policy": engine.manifest.policy_name,
         "chunk_length": engine.manifest.chunk_length,
         "engine": engine.info.to_json(),
-        "cpu": cpu_flags(),
+        "cpu": cpu_line(),
         "cpus": cpus,
         "control_cpu": control_cpu,
         "load": "a second process sends infer requests back to back (the inference CPU is always busy)",

@@ -150,6 +150,20 @@ class PtyWorkerBoost:
         return self.refused or f"SCHED_FIFO 1 ({len(self.boosted)} kworker/u threads, restored after)"
 
 
+# The vector extensions that decide what inference (f32, bf16, INT8) and video encoding cost.
+CPU_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
 def cpu_summary() -> dict[str, Any]:
     """The CPU model and the vector flags that decide what inference costs, as ``lscpu`` reports them,
     and how many CPUs this process may use: stated beside every benchmark's numbers."""
@@ -158,6 +172,11 @@ def cpu_summary() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         out = ""
     model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16")
-    flags = sorted({f for f in wanted if f in out.split()})
+    flags = sorted({f for f in CPU_FLAGS if f in out.split()})
     return {"cpu": model or "unknown", "cpu_flags": flags, "cpus": len(os.sched_getaffinity(0))}
+
+
+def cpu_line(summary: dict[str, Any] | None = None) -> str:
+    """``cpu_summary`` on one line: ``"<model>; <flags>"`` (``no AVX2`` when it has none of them)."""
+    s = summary if summary is not None else cpu_summary()
+    return f"{s['cpu']}; {' '.join(s['cpu_flags']) or 'no AVX2'}"

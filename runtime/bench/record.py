@@ -12,7 +12,6 @@ each camera count on this computer.
 from __future__ import annotations
 
 import logging
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from drivers.calibration import SO101_JOINTS
+from runtime.bench.machine import cpu_summary
 from runtime.bench.stats import summarize
 from runtime.recording import EpisodeRecorder, RecordingConfig, RecordingFeatures, VideoSettings
 from runtime.recording.codec_choice import choose_auto, probe_frames
@@ -55,15 +55,6 @@ class RecordBench:
     tick_late_ms_idle: dict[str, float]
     rows: list[RecordRow]
     auto: dict[int, str]  # cameras -> the codec "auto" picks here
-
-
-def cpu_flags() -> list[str]:
-    """The vector extensions that matter to the encoders, as ``lscpu`` reports them."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return sorted({f for f in ("avx2", "avx512_vnni", "avx512_bf16") if f in out.split()})
 
 
 def _paced_loop(fps: int, seconds: float, body: Any) -> list[float]:
@@ -142,7 +133,7 @@ def run_bench(
         fps=fps,
         seconds=seconds,
         cpus=cpu_count(),
-        cpu_flags=cpu_flags(),
+        cpu_flags=cpu_summary()["cpu_flags"],
         tick_late_ms_idle=summarize(idle),
         rows=rows,
         auto=auto,

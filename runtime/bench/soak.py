@@ -169,7 +169,7 @@ def run_soak_bench(
     """
     import psutil
 
-    from runtime.bench.loop import cpu_flags
+    from runtime.bench.machine import cpu_line
     from runtime.client import PolicyClient
 
     if not 0 < minutes <= MAX_MINUTES:
@@ -266,7 +266,7 @@ def run_soak_bench(
     return {
         "minutes": minutes,
         "interval_s": interval_s,
-        "cpu": cpu_flags(),
+        "cpu": cpu_line(),
         "malloc_arena_max": malloc_arena_max or None,
         "load": "one client process sends infer back to back over tcp 127.0.0.1; the control loop runs",
         "replies": load["replies"],

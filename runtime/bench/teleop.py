@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from drivers.sim.servo import LOG_LENGTH
-from runtime.bench.loop import cpu_flags
+from runtime.bench.machine import cpu_line
+from runtime.bench.stats import pcts
 from runtime.paths import data_root
 
 CALIBRATION = "configs/calibration/so101_sim.toml"
@@ -127,26 +128,16 @@ def run_teleop_bench(*, seconds: float, rate_hz: float) -> dict[str, Any]:
         "transport": "tcp 127.0.0.1, station in its own process",
         "samples": len(lat),
         "missed": missed,
-        "move_to_write_ms": _pcts(lat),
+        "move_to_write_ms": pcts(lat),
         # the part after the station read the leader: the trip and the wait for the loop's tick
-        "read_to_write_ms": _pcts(np.array(from_read)),
-        "station_rtt_ms": _pcts(rtt),
+        "read_to_write_ms": pcts(np.array(from_read)),
+        "station_rtt_ms": pcts(rtt),
         "tick_ms": tick_ms,
         "target_p99_ms": tick_ms + 2.0,
         "target_met": bool(p99 <= tick_ms + 2.0),
         "loop_overruns": overruns,
         "deadman_ticks": counters.get("deadman_ticks", 0),
-        "cpu": cpu_flags(),
-    }
-
-
-def _pcts(values: np.ndarray) -> dict[str, float]:
-    if not len(values):
-        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan")}
-    return {
-        "p50": round(float(np.percentile(values, 50)), 3),
-        "p99": round(float(np.percentile(values, 99)), 3),
-        "max": round(float(values.max()), 3),
+        "cpu": cpu_line(),
     }
 
 
