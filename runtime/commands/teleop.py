@@ -107,9 +107,14 @@ def _bench_teleop(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         lat = result["move_to_write_ms"]
+        measured = (
+            f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms"
+            if lat["p50"] is not None
+            else "none measured"
+        )
         print(
             f"teleop at {result['rate_hz']:g} Hz over {result['transport']}: leader move -> follower goal write "
-            f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms "
+            f"{measured} "
             f"(target p99 <= {result['target_p99_ms']:.2f} ms: {'met' if result['target_met'] else 'NOT met'}); "
             f"{result['samples']} moves; CPU {result['cpu']}"
         )

@@ -281,3 +281,23 @@ def test_bench_teleop_prints_the_latencies_and_whether_the_target_was_met(
     assert out[:2] == [line.format("met"), line.format("NOT met")]
     assert json.loads(out[2]) == result
     assert out[2].startswith('{\n  "rate_hz": 30.0,\n')
+
+
+def test_bench_teleop_says_so_when_no_move_reached_the_follower(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = {
+        "rate_hz": 30.0,
+        "transport": "ipc",
+        "move_to_write_ms": {"p50": None, "p99": None, "max": None},
+        "target_p99_ms": 33.333,
+        "target_met": False,
+        "samples": 0,
+        "cpu": "Xeon",
+    }
+    monkeypatch.setattr(runtime.bench.teleop, "run_teleop_bench", lambda **kw: result)
+    assert main(["bench", "teleop"]) == 0
+    assert capsys.readouterr().out == (
+        "teleop at 30 Hz over ipc: leader move -> follower goal write none measured "
+        "(target p99 <= 33.33 ms: NOT met); 0 moves; CPU Xeon\n"
+    )
