@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import logging
 import operator
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -750,3 +751,38 @@ def test_a_factory_file_is_importable_by_its_own_module_name(tmp_path: Path) -> 
         "def make():\n    return Settings()\n"
     )
     assert load_factory(f"{f}:make")().width == 4  # a dataclass needs its module in sys.modules
+
+
+def test_the_tools_that_made_a_bundle_are_recorded_by_their_installed_versions() -> None:
+    import platform
+
+    from runtime import __version__
+
+    assert export.tool_versions() == {
+        "lerobot_runtime": __version__,
+        "torch": importlib.metadata.version("torch"),
+        "executorch": importlib.metadata.version("executorch"),
+        "openvino": importlib.metadata.version("openvino"),
+        "nncf": importlib.metadata.version("nncf"),
+        "python": platform.python_version(),
+    }
+
+
+def test_a_program_that_is_not_one_is_named_by_its_file() -> None:
+    from runtime.errors import BundleError
+
+    with pytest.raises(BundleError) as err:
+        _program_entry(b"not a program at all", "CPU", "program_cpu.pte", "f32")
+    assert str(err.value).startswith("program_cpu.pte: not an ExecuTorch program: ")
+
+
+def test_lowering_without_executorchs_openvino_backend_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "executorch.backends.openvino.partitioner", None)
+    with pytest.raises(MissingDependencyError) as err:
+        export.lower_program("exported", "CPU")
+    assert str(err.value) == (
+        "lowering needs executorch with its OpenVINO backend and nncf (import of "
+        "executorch.backends.openvino.partitioner halted; None in sys.modules): pip install 'lerobot-runtime[export]'"
+    )
