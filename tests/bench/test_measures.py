@@ -358,7 +358,7 @@ def test_without_a_hold_to_compare_a_write_two_ticks_off_the_last_goal_is_still_
 def test_the_worst_writes_inside_the_window_its_edges_included_worst_first() -> None:
     # period 0.25: writes every period from 1.0, with errors of +0.0001 and +0.0002 ms apart that round
     # to the same ms, so the earlier is named first; seven writes off, five named by default
-    stamps = np.array([0.0, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 4.0])
+    stamps = np.array([0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5])
     stamps[3] += 0.0020001
     stamps[6] += 0.0020002
     rows = worst_writes(stamps, Q, (1.0, 3.25), None, None)
@@ -367,7 +367,10 @@ def test_the_worst_writes_inside_the_window_its_edges_included_worst_first() -> 
     assert [r["at_s"] for r in rows[:4]] == [0.502, 0.75, 1.252, 1.5]
     assert [r["period_error_ms"] for r in rows[:4]] == [2.0, -2.0, 2.0, -2.0]
     everything = worst_writes(stamps, Q, (1.0, 3.25), None, None, n=20)
-    assert len(everything) == 9  # the periods inside the window, both edges included
+    assert len(everything) == 9  # the periods inside the window, both edges included, none outside it
+    # ordered by the error rounded to the microsecond: 2.4 ms before 2.1 ms, though both round to 2 ms
+    late = np.array([0.0, 0.25, 0.5021, 0.75, 1.0024, 1.25])
+    assert [r["period_error_ms"] for r in worst_writes(late, Q, (0.0, 2.0), None, None, n=2)] == [2.4, -2.4]
 
 
 def test_a_worst_write_is_matched_to_the_loops_tick_within_half_a_period() -> None:
@@ -375,19 +378,19 @@ def test_a_worst_write_is_matched_to_the_loops_tick_within_half_a_period() -> No
     # the loop's tick stamps: deadline t plus write_ms after it, less late_ms
     flight = {
         "t": np.array([0.0, 0.25, 0.5, 0.75]),
-        "late_ms": np.array([0.0, 0.0, 0.0, 0.125]),
-        "write_ms": np.array([0.0, 0.0, 0.0, 1.125]),
+        "late_ms": np.array([0.0, 0.0, 0.0, 0.12346]),
+        "write_ms": np.array([0.0, 0.0, 0.0, 1.12236]),
     }
     (row,) = worst_writes(stamps, Q, (0.0, 1.0), flight, lambda a, b: 0.0, n=1)
     assert row == {
         "at_s": 0.752,
         "period_error_ms": 2.4,
-        "loop_woke_late_ms": 0.125,
-        "loop_write_after_deadline_ms": 1.125,
-        "arrived_after_loop_stamp_ms": 1.4,
+        "loop_woke_late_ms": 0.123,
+        "loop_write_after_deadline_ms": 1.122,
+        "arrived_after_loop_stamp_ms": 1.401,
         "steal_ms_around": 0.0,
     }
-    # the last tick alone, its stamp (0.751 s) moved off the write the servos heard at 0.7524 s
+    # the last tick alone, its stamp (0.7509989 s) moved off the write the servos heard at 0.7524 s
     for offset, matched in ((0.1, True), (0.2, False)):
         moved = {k: v[3:] for k, v in flight.items()}
         moved["t"] = moved["t"] + offset
@@ -398,3 +401,5 @@ def test_a_worst_write_is_matched_to_the_loops_tick_within_half_a_period() -> No
 def test_a_model_name_with_a_colon_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     _lscpu(monkeypatch, "Model name:  Vendor CPU: rev 2 : fast\nFlags: avx2\n")
     assert cpu_summary()["cpu"] == "Vendor CPU: rev 2 : fast"
+    _lscpu(monkeypatch, "Architecture: x86_64\nFlags: avx2\n")  # lscpu ran, but names no model
+    assert cpu_summary()["cpu"] == "unknown"
