@@ -856,3 +856,24 @@ def test_a_first_episode_cut_short_before_its_totals_is_written_over(tmp_path: P
     w.close()
     assert data_column(root, "index") == [0, 1]
     assert [(r["episode_index"], r["tasks"]) for r in episode_rows(root)] == [(0, ["place"])]
+
+
+def test_closing_twice_releases_the_lock_once_and_closes_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.recording.writer as writer_module
+
+    w = DatasetWriter(tmp_path / "d", features())
+    closed: list[int] = []
+    real_close = os.close
+
+    def close(fd: int) -> None:
+        closed.append(fd)
+        if fd > 2:  # never really close the test's own stdio
+            real_close(fd)
+
+    monkeypatch.setattr(writer_module.os, "close", close)
+    w.close()
+    w.close()
+    assert w._lock == -1
+    assert not {0, 1, 2} & set(closed)  # a second close closes no other descriptor (1 is stdout)
