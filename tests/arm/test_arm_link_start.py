@@ -89,6 +89,12 @@ if scenario == "wait-then-fail-on-term":
 if scenario == "wait":  # SIGTERM ends it at once (its handler not set up yet)
     while True:
         time.sleep(0.05)
+if scenario == "vanish":  # takes the arm, then ends on its own, with status 0
+    send({"t": "ready", "joints": ["j1", "j2", "j3"], "memory": ""})
+    until("gate", 5)
+    send({"t": "tick", "snap": pack_snapshot(Snapshot())})
+    until("gate", 5)
+    sys.exit(0)
 if scenario == "stubborn":  # takes the arm, then ignores shutdown and SIGTERM
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     send({"t": "ready", "joints": ["j1", "j2", "j3"], "memory": ""})
@@ -198,7 +204,11 @@ def test_without_pythonpath_the_arm_process_gets_the_packages_root(
     arm = _arm()
     arm.start()
     assert stand_in.asked[0][1]["env"]["PYTHONPATH"] == ROOT
+    assert stand_in.messages()[0]["arm_wait_s"] == 0.0  # no wait for an absent arm unless asked
+    thread = arm._thread
+    assert thread is not None and thread.name == "lerobot-runtime-arm-link" and thread.daemon
     assert arm.shutdown(5.0) is True
+    assert not thread.is_alive()  # the link thread is joined before shutdown returns
 
 
 @pytest.mark.parametrize(("bye", "code"), [("0", "0"), ("1", "4")])
@@ -252,3 +262,14 @@ def test_an_arm_process_that_ignores_shutdown_and_sigterm_is_killed(launch: Any)
     assert stand_in.procs[0].returncode == -signal.SIGKILL
     assert time.monotonic() - started < 10.0  # 0.2 s for the shutdown, 3 s for SIGTERM, then killed
     arm._kill()  # already gone: nothing to do
+
+
+def test_an_arm_process_that_ended_on_its_own_is_not_a_safe_shutdown(launch: Any) -> None:
+    launch("vanish")
+    arm = _arm()
+    arm.start()
+    deadline = time.monotonic() + 10.0
+    while arm.death is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert arm.death == "the arm process died (exit status 0)"
+    assert arm.shutdown(5.0) is False  # it exited 0, but not because it was asked to
