@@ -67,6 +67,15 @@ def until(kind, seconds):
     return None
 
 receive(10)  # init
+if scenario == "bare":  # an event while it takes the arm; a ready message that names nothing
+    send({"t": "ev", "level": 30, "text": "calibration read from the servos"})
+    send({"t": "ready"})
+    until("gate", 5)
+    heard.write(json.dumps({"stand-in": "tick sent"}) + "\n")
+    send({"t": "tick", "snap": pack_snapshot(Snapshot())})
+    until("shutdown", 10)
+    send({"t": "bye", "ok": True})
+    sys.exit(0)
 if scenario == "ready":
     send({"t": "waiting", "text": "the arm on /dev/ttyTEST does not answer; waiting"})
     send({"t": "status", "status": {"phase": "connected"}})
@@ -273,3 +282,29 @@ def test_an_arm_process_that_ended_on_its_own_is_not_a_safe_shutdown(launch: Any
         time.sleep(0.02)
     assert arm.death == "the arm process died (exit status 0)"
     assert arm.shutdown(5.0) is False  # it exited 0, but not because it was asked to
+
+
+def test_a_ready_that_names_nothing_keeps_the_manifests_joints_and_an_event_on_the_way_is_kept(
+    launch: Any,
+) -> None:
+    stand_in = launch("bare")
+    arm = _arm()
+    arm.start()
+    try:
+        assert arm.names == manifest().action_names and arm.memory == ""
+        assert [(e.level, e.text()) for e in arm.events.drain()] == [(30, "calibration read from the servos")]
+        kinds = [m.get("t", m.get("stand-in")) for m in stand_in.messages()]
+        # the gate is sent during the hand-shake, once the arm is held: before the first tick
+        assert kinds[:3] == ["init", "gate", "tick sent"]
+        blocked_at = arm.feed.blocked_at  # type: ignore[attr-defined]
+        assert blocked_at and all(isinstance(t, float) and t > 0 for t in blocked_at)
+    finally:
+        assert arm.shutdown(5.0) is True
+
+
+def test_a_stop_asked_while_a_silent_arm_process_starts_is_noticed(launch: Any) -> None:
+    launch("wait")
+    asked_at = time.monotonic() + 0.5
+    with pytest.raises(InterruptedError) as err:  # noticed between polls, with no message to wake it
+        _arm().start(should_stop=lambda: time.monotonic() > asked_at)
+    assert str(err.value).startswith("stopped while waiting for the arm")
