@@ -20,6 +20,20 @@ def _restore_affinity() -> Iterator[None]:
     os.sched_setaffinity(0, before)
 
 
+@pytest.fixture(autouse=True)
+def _no_scheduling_left_behind() -> Iterator[None]:
+    """A codec that raises the calling thread to real time (SVT-AV1: SCHED_FIFO 99) must not leave the
+    test runner's thread there: every thread started after it would inherit it. Put back and failed."""
+    policy, priority = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    if after != (policy, priority):
+        from runtime.scheduling import _pthread_setschedparam
+
+        _pthread_setschedparam(policy, priority)
+        pytest.fail(f"the test left its thread at scheduling class {after[0]}, priority {after[1]}")
+
+
 @pytest.fixture(scope="session")
 def demo_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The built-in demo policy (small ACT-style network) exported for CPU, once per session."""

@@ -24,6 +24,7 @@ from runtime.recording.video import (
     frame_times,
     video_info,
 )
+from runtime.scheduling import keep_scheduling
 
 H, W = 32, 48
 X264 = VideoSettings(codec="libx264", crf=18, gop_frames=2)
@@ -274,10 +275,13 @@ def test_an_aborted_file_is_closed_and_removed_even_if_closing_fails(
 
 
 def encode(path: Path, levels: list[int], fps: int = 30, settings: VideoSettings = X264) -> Path:
-    ep = EpisodeVideo(path, fps, H, W, settings)
-    for level in levels:
-        ep.add(grey(level))
-    return ep.finish()
+    # SVT-AV1 raises the thread that opens it to SCHED_FIFO 99; the encoder process puts its own back,
+    # and so does this test's thread
+    with keep_scheduling():
+        ep = EpisodeVideo(path, fps, H, W, settings)
+        for level in levels:
+            ep.add(grey(level))
+        return ep.finish()
 
 
 def means(frames: npt.NDArray[np.uint8]) -> list[int]:
