@@ -35,6 +35,8 @@ from runtime.server.stats import StatsCollector
 
 log = logging.getLogger(__name__)
 
+REPLY_WAIT_MS = 100  # a reply the I/O thread has not taken in this long is dropped if the server is stopping
+
 
 class InferenceWorker(threading.Thread):
     def __init__(
@@ -126,6 +128,7 @@ class InferenceWorker(threading.Thread):
                 return
         push = self._context.socket(zmq.PUSH)
         push.linger = 1000
+        push.sndtimeo = REPLY_WAIT_MS
         push.connect(self._reply_endpoint)
         try:
             while True:
@@ -150,7 +153,7 @@ class InferenceWorker(threading.Thread):
                     finally:
                         self.in_flight = 0
                     if frames is not None:
-                        push.send_multipart([job.socket_index.to_bytes(2, "little"), *job.envelope, *frames])
+                        self._hand_over(push, job, frames)
                 # Checks run only here, between two jobs: a request waits for at most one of them.
                 canary = self.canary
                 if canary is not None and self.engine is not None and canary.due(idle=len(self.queue) == 0):
@@ -158,6 +161,28 @@ class InferenceWorker(threading.Thread):
                     canary.check(self.engine)
         finally:
             push.close()
+
+    def _hand_over(self, push: Any, job: Job, frames: list[Any]) -> None:
+        """Give a reply to the I/O thread, or drop it if the I/O thread has closed its end at a stop.
+
+        A PUSH whose PULL has gone blocks for ever: the worker would never end, the context could not
+        be terminated and the engine would not be closed.
+        """
+        import zmq
+
+        message = [job.socket_index.to_bytes(2, "little"), *job.envelope, *frames]
+        while True:
+            try:
+                push.send_multipart(message)
+                return
+            except zmq.Again:
+                if self.queue.closed:
+                    log.warning(
+                        "request %d from client %s finished after the server stopped answering; its reply is dropped",
+                        job.request_id,
+                        job.envelope[0].hex(),
+                    )
+                    return
 
     def _wait_s(self) -> float | None:
         """How long to wait for a job: until the next beat or the next canary check, if either."""
@@ -240,8 +265,6 @@ class InferenceWorker(threading.Thread):
 
     def _error(self, job: Job, started: float, code: str, message: str, field: str | None) -> list[Any]:
         done = time.monotonic()
-        timing = Timing(
-            (started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3
-        )
+        timing = Timing((started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3)
         self.stats.error(code)
         return [encode_error("infer", job.request_id, ErrorInfo(code, message, field), timing)]

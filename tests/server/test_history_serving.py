@@ -87,6 +87,7 @@ def test_served_chunks_stack_each_clients_frames_and_the_servers_noise(engine: A
         info = a.hello()
         assert [(i.name, i.shape) for i in info.inputs] == [("observation.state", (JOINTS,))]
         assert (info.history_frames, info.noise_inputs) == (2, ("noise",))
+
         def served(client: PolicyClient, t: float, reset: bool = False) -> np.ndarray:
             return client.infer({"observation.state": state(t)}, reset=reset).actions
 

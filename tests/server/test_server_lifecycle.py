@@ -264,6 +264,24 @@ def test_the_zmq_threads_and_the_io_thread_stay_off_the_inference_cpus(
     assert pinned == [(0, {1, 3, 7}, "lerobot-runtime-io")]
 
 
+def test_the_cpus_left_to_io_are_this_processs_own(
+    made: Callable[..., PolicyServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under systemd's CPUAffinity= the service may use fewer CPUs than PID 1 (or any other process):
+    # the I/O thread and ZeroMQ's threads must be kept to the CPUs this process was given.
+    asked: list[int] = []
+
+    def affinity(pid: int) -> set[int]:
+        asked.append(pid)
+        return {1, 3} if pid == 0 else {0, 1, 2, 3}
+
+    monkeypatch.setattr(os, "sched_getaffinity", affinity)
+    server = made()
+    monkeypatch.undo()
+    assert asked == [0]
+    assert server._all_cpus == {1, 3}
+
+
 def test_an_io_thread_with_no_cpu_of_its_own_is_not_pinned(
     made: Callable[..., PolicyServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -375,6 +393,31 @@ def test_at_the_deadline_what_is_queued_is_answered_shutting_down(
     assert errors == ["inference still running at shutdown; leaving it behind"]
     assert server._context is not None and not server.running
     assert [float(r[0][0]) for r in engine.runs] == [1.0]
+
+
+def test_an_inference_ending_just_after_the_deadline_is_let_finish_and_everything_closes(
+    made: Callable[..., PolicyServer], zmq_ctx: zmq.Context, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A graceful stop gives a running inference half a second past the I/O thread's end: one that
+    # ends within it lets the context be terminated, rather than left open with an error.
+    engine = StandIn()
+    server = made(engine)
+    _, b = _hold_one_and_queue_one(server, engine, zmq_ctx)
+    stopping = threading.Thread(target=server.stop, kwargs={"timeout": 0.05})
+    with caplog.at_level(logging.ERROR, logger="runtime.server.server"):
+        stopping.start()
+        for _ in range(int(WAIT_S / 0.002)):
+            if not server.running:  # the I/O thread gave up at the deadline; stop() now waits on the worker
+                break
+            threading.Event().wait(0.002)
+        assert not server.running
+        engine.release()
+        stopping.join(WAIT_S)
+    assert not stopping.is_alive()
+    assert error_of(b.receive())[2] == "shutting_down"
+    # its reply has no socket left to leave by: dropped (tests/server/test_worker.py), never waited on for ever
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert server._context is None and [float(r[0][0]) for r in engine.runs] == [1.0]
 
 
 def test_a_forced_stop_answers_what_is_queued_at_once(made: Callable[..., PolicyServer], zmq_ctx: zmq.Context) -> None:

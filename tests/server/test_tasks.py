@@ -90,16 +90,25 @@ def test_a_policy_without_language_refuses_a_task_and_keeps_serving(demo_engine:
         assert client.infer(obs).actions.shape == demo_engine.manifest.action_spec.shape
 
         done: list[Any] = []
-        assert server.submit_local([obs[s.name] for s in demo_engine.manifest.observation_inputs],
-                                   lambda a, e: done.append(e), task="x")
+        assert server.submit_local(
+            [obs[s.name] for s in demo_engine.manifest.observation_inputs], lambda a, e: done.append(e), task="x"
+        )
         assert done and done[0].startswith("bad_input: task: this policy takes no task")
 
 
 def test_hello_from_a_server_before_tasks_says_no_task() -> None:
     body = {
-        "protocol_version": 1, "server_version": "0", "policy": {"name": "p"}, "inputs": [], "outputs": [],
-        "action": {"output": "action", "chunk_length": 1, "names": ["a"]}, "control_rate_hz": 30.0,
-        "engine": {}, "versions": {}, "kinds": [], "limits": {"max_message_bytes": 1, "queue_depth": 1},
+        "protocol_version": 1,
+        "server_version": "0",
+        "policy": {"name": "p"},
+        "inputs": [],
+        "outputs": [],
+        "action": {"output": "action", "chunk_length": 1, "names": ["a"]},
+        "control_rate_hz": 30.0,
+        "engine": {},
+        "versions": {},
+        "kinds": [],
+        "limits": {"max_message_bytes": 1, "queue_depth": 1},
         "observation": {"history_frames": 1, "server_drawn": []},
     }
     header = msgpack.packb({"v": 1, "id": 1, "kind": "hello", "ok": True, "body": body})

@@ -8,6 +8,7 @@ answers what is queued, then returns); a few start the thread to see it wait, be
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -244,6 +245,52 @@ def test_a_chunk_without_the_action_output_is_an_internal_error_naming_it(rig: R
     ((_, _, reply),) = rig.replies()
     assert reply.error is not None
     assert (reply.error.code, reply.error.message) == ("internal", "KeyError: 'action'")
+
+
+@pytest.mark.timeout(30, method="thread")
+def test_a_reply_with_no_io_thread_left_to_take_it_is_dropped_and_the_worker_still_ends(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # At a stop whose deadline passed during a run, the I/O thread has closed its end: a blocking
+    # send would never return, so the worker, the context and the engine would never be let go.
+    class ClosingMidRun(StandIn):
+        def run_validated(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+            rig.pull.close(0)  # the I/O thread ends while this run is under way,
+            threading.Event().wait(0.2)  # and ZeroMQ tears the pipe down (asynchronously) before it ends
+            return super().run_validated(arrays)
+
+    with caplog.at_level(logging.WARNING, logger="runtime.server.worker"):
+        rig.answer_all(rig.worker(ClosingMidRun(rig.clock)), job(7, client=b"\xab\xcd"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "request 7 from client abcd finished after the server stopped answering; its reply is dropped"
+    ]
+
+
+class Pushes:
+    """A PUSH socket the I/O thread is slow to read: each send times out ``slow`` times first."""
+
+    def __init__(self, slow: int) -> None:
+        self.slow = slow
+        self.tries = 0
+        self.sent: list[list[Any]] = []
+
+    def send_multipart(self, frames: list[Any]) -> None:
+        self.tries += 1
+        if self.tries <= self.slow:
+            raise zmq.Again()
+        self.sent.append(frames)
+
+
+def test_while_the_server_runs_a_reply_waits_for_a_slow_io_thread_and_is_never_dropped(rig: Rig) -> None:
+    worker = rig.worker(StandIn(rig.clock))
+    push = Pushes(slow=3)
+    worker._hand_over(push, job(4, client=b"c"), [b"reply"])
+    assert push.tries == 4 and push.sent == [[b"\x00\x00", b"c", b"", b"reply"]]
+    rig.queue.close()  # stopping: a send that times out now has nobody left to take it
+    push = Pushes(slow=3)
+    worker._hand_over(push, job(5, client=b"c"), [b"reply"])
+    assert (push.tries, push.sent) == (1, [])
+    assert worker_module.REPLY_WAIT_MS == 100
 
 
 # --- the control loop's jobs -----------------------------------------------------------------
