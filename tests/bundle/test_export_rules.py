@@ -34,7 +34,8 @@ from runtime.bundle.export import (
     parse_tolerance,
     staged_directory,
 )
-from runtime.errors import DeviceError, ExportError
+from runtime.bundle.manifest import RtcEntry
+from runtime.errors import BundleError, DeviceError, ExportError
 from tests.bundle import programs
 
 torch = pytest.importorskip("torch")
@@ -403,6 +404,135 @@ def test_an_action_of_other_than_six_joints_is_named_joint_k(tmp_path: Path, low
     assert export_bundle(make, tmp_path / "b").manifest.action_names == ("joint_0", "joint_1", "joint_2", "joint_3")
 
 
+class _ValueThenAction(torch.nn.Module):  # type: ignore[misc]
+    """A batch-first model returning a value before its action, as a dict or as a tuple (action first)."""
+
+    def __init__(self, as_tuple: bool = False) -> None:
+        super().__init__()
+        self.inner = Chunk(batch=True)
+        self.as_tuple = as_tuple
+
+    def forward(self, state: Any, frame: Any) -> Any:
+        action = self.inner(state[0], frame[0])
+        value = action.sum().reshape(1, 1)
+        return (action, value) if self.as_tuple else {"value": value, "action": action}
+
+
+@pytest.mark.parametrize("as_tuple", [False, True], ids=["dict", "tuple"])
+def test_a_batched_model_with_several_outputs_is_unbatched_by_its_action(
+    tmp_path: Path, lowering: Lowering, as_tuple: bool
+) -> None:
+    # the batch is recognised on the action, wherever it stands among the outputs, and every output loses it
+    def make() -> tuple[Any, dict[str, Any]]:
+        return _ValueThenAction(as_tuple), {k: v.unsqueeze(0) for k, v in make_chunk_policy()[1].items()}
+
+    bundle = export_bundle(make, tmp_path / "b")
+    m = bundle.manifest
+    other = "output_1" if as_tuple else "value"
+    assert m.model_batch == 1 and m.chunk_length == 3
+    outputs = sorted((s.name, s.shape, s.role) for s in m.outputs)
+    assert outputs == [("action", (3, 6), "action"), (other, (1,), "other")]
+    # the portable program takes and gives what the wire carries: no batch
+    model, example = make()
+    loaded = torch.export.load(str(bundle.path / "model.pt2")).module()
+    got = loaded(*(v[0] for v in example.values()))
+    with torch.no_grad():
+        want = model(*example.values())
+    want_action, want_value = (want[0], want[1]) if as_tuple else (want["action"], want["value"])
+    got_action, got_value = (got[0], got[1]) if as_tuple else (got["action"], got["value"])
+    torch.testing.assert_close(got_action, want_action[0])
+    torch.testing.assert_close(got_value, want_value[0])
+
+
+class _Factory:
+    """A factory that is an object, not a function: it has no ``__name__``."""
+
+    def __call__(self) -> tuple[Any, dict[str, Any]]:
+        return make_chunk_policy()
+
+
+def test_what_is_not_given_takes_its_default(tmp_path: Path, lowering: Lowering) -> None:
+    m = export_bundle(_Factory(), tmp_path / "b", action_scale=(1, 1, 1, 1, 1, 1)).manifest
+    assert m.policy_name == "policy"
+    assert m.control_rate_hz == 30.0 and m.description == ""
+    assert (m.test_case.scale, m.test_case.scale_source) == ({"action": (1, 1, 1, 1, 1, 1)}, "")
+
+
+def _steps(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The progress lines, each step's duration cut off."""
+    return [
+        r.getMessage().split(" done in ")[0] + (" done" if " done in " in r.getMessage() else "")
+        for r in caplog.records
+        if r.getMessage().startswith("[")
+    ]
+
+
+def test_the_slow_steps_are_told_as_each_starts_and_ends(
+    tmp_path: Path, lowering: Lowering, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="runtime.bundle.export"):
+        export_bundle(make_chunk_policy, tmp_path / "b")
+    said = [
+        "[1/4] building the model and its eager reference",
+        "[2/4] exporting with torch.export",
+        "[3/4] lowering to OpenVINO for CPU (f32)",
+        "[4/4] writing the test case and manifest",
+    ]
+    assert _steps(caplog) == [line for step in said for line in (f"{step} ...", f"{step} done")]
+    assert all(
+        r.getMessage().endswith(" s") and float(r.getMessage().split(" done in ")[1][:-2]) >= 0
+        for r in caplog.records
+        if " done in " in r.getMessage()
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="runtime.bundle.export"):
+        lower_bundle(tmp_path / "b", "GPU")
+    said = ["[1/2] loading model.pt2", "[2/2] lowering to OpenVINO for GPU (f32)"]
+    assert _steps(caplog) == [line for step in said for line in (f"{step} ...", f"{step} done")]
+
+
+class _Guided(torch.nn.Module):  # type: ignore[misc]
+    """Two frames of state and the previous chunk's leftover (its weights, a guidance cap) -> 3 x 6."""
+
+    def forward(self, state: Any, prefix: Any, weights: Any, guidance: Any) -> Any:
+        return state.mean(0) + prefix * weights[:, None] * guidance
+
+
+def make_guided_policy() -> tuple[Any, dict[str, Any]]:
+    return _Guided(), {
+        "observation.state": torch.linspace(0, 1, 12).reshape(2, 6),
+        "rtc.prefix": torch.ones(3, 6),
+        "rtc.weights": torch.linspace(1, 0, 3),
+        "rtc.guidance": torch.tensor([5.0]),
+    }
+
+
+def test_history_and_real_time_chunking_reach_the_manifest_and_the_time_of_export_is_utc(
+    tmp_path: Path, lowering: Lowering
+) -> None:
+    import datetime as dt
+
+    rtc = {
+        "prefix_input": "rtc.prefix",
+        "weights_input": "rtc.weights",
+        "guidance_input": "rtc.guidance",
+        "chunk_size": 3,
+        "execution_horizon": 2,
+        "prefix_attention_schedule": "LINEAR",
+        "max_guidance_weight": 5.0,
+    }
+    roles = {"rtc.prefix": "prefix", "rtc.weights": "prefix_weights", "rtc.guidance": "guidance"}
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    m = export_bundle(make_guided_policy, tmp_path / "b", observation_history=2, input_roles=roles, rtc=rtc).manifest
+    after = dt.datetime.now(dt.UTC)
+    assert m.observation_history == 2 and m.inputs[0].shape == (2, 6)
+    assert m.rtc == RtcEntry("rtc.prefix", "rtc.weights", "rtc.guidance", 3, 2, "LINEAR", 5.0)
+    created = dt.datetime.fromisoformat(m.created_utc)
+    assert created.utcoffset() == dt.timedelta(0) and created.microsecond == 0
+    assert before <= created <= after
+    assert m.created_utc == created.isoformat() and m.created_utc.endswith("+00:00")
+
+
 def _refusal(tmp_path: Path, make: Any, **options: Any) -> str:
     with pytest.raises(ExportError) as err:
         export_bundle(make, tmp_path / "b", **options)
@@ -547,6 +677,28 @@ def test_lower_bundle_refuses_a_bundle_without_a_portable_program(tmp_path: Path
     assert lowering.calls == [lowering.calls[0]]
 
 
+def test_lower_bundle_refuses_a_portable_program_changed_after_export(tmp_path: Path, lowering: Lowering) -> None:
+    # the .pt2 is what the new program is made from: a tampered one must never become a program
+    export_bundle(make_chunk_policy, tmp_path / "b")
+    portable = tmp_path / "b" / "model.pt2"
+    portable.write_bytes(portable.read_bytes() + b"\0")
+    with pytest.raises(BundleError) as err:
+        lower_bundle(tmp_path / "b", "GPU")
+    assert str(err.value).startswith(f"{portable}: sha256 ")
+    assert str(err.value).endswith("the file was changed or damaged after export")
+    assert "portable_program.sha256" in str(err.value)
+    assert len(lowering.calls) == 1 and not (tmp_path / "b" / "program_gpu.pte").exists()
+
+
+def test_lower_bundle_keeps_the_bundles_precision_unless_asked(
+    tmp_path: Path, lowering: Lowering, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(export, "export_for_lowering", lambda model, example, precision: model)
+    export_bundle(make_chunk_policy, tmp_path / "b", precision="bf16")
+    m = lower_bundle(tmp_path / "b", "GPU").manifest
+    assert (m.programs["CPU"].precision, m.programs["GPU"].precision) == ("bf16", "bf16")
+
+
 # --- lowering at a lower precision -------------------------------------------------------------
 
 
@@ -592,6 +744,27 @@ def test_a_lower_precision_program_computes_at_it_with_float32_inputs_and_output
     torch.testing.assert_close(got, rounded, atol=0.05, rtol=0.05)
 
 
+class _Counts(torch.nn.Module):  # type: ignore[misc]
+    """A float output beside an integer one and a plain number."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        y = self.linear(x)
+        return {"action": y, "count": (y > 0).sum(), "steps": 3}
+
+
+@pytest.mark.parametrize("precision", ["bf16", "f16"])
+def test_at_precision_gives_floats_back_as_float32_and_leaves_the_rest(precision: str) -> None:
+    wrapped = export.at_precision(_Counts().eval(), precision)
+    assert wrapped.training is False  # set, not .eval(): an unlifted saved export refuses train()
+    out = wrapped(torch.linspace(-1, 1, 4))
+    assert out["action"].dtype == torch.float32
+    assert out["count"].dtype == torch.int64 and out["steps"] == 3
+
+
 def test_an_f32_program_is_the_model_as_it_is() -> None:
     model, x = Normed().eval(), torch.linspace(-1, 1, 4)
     exported = export.export_for_lowering(model, (x,), "f32")
@@ -616,13 +789,47 @@ def test_lower_bundle_casts_the_portable_program_to_the_precision_asked(
     m = lower_bundle(tmp_path / "b", "GPU", precision="bf16").manifest
     assert m.programs["GPU"].precision == "bf16" and m.programs["CPU"].precision == "f32"
     assert "torch.bfloat16" not in seen[0] and "torch.bfloat16" in seen[1]
-    with pytest.raises(ExportError, match=r"^torch.export at f16 failed: "):
-        monkeypatch.setattr(export, "export_for_lowering", _raises)
+    monkeypatch.setattr(export, "export_for_lowering", _raises)
+    with pytest.raises(ExportError) as err:
         lower_bundle(tmp_path / "b", "GPU", precision="f16")
+    assert str(err.value) == "torch.export at f16 failed: RuntimeError: cannot"
 
 
 def _raises(*args: Any) -> Any:
     raise RuntimeError("cannot")
+
+
+def test_export_bundle_lowers_the_program_at_the_precision_asked(
+    tmp_path: Path, lowering: Lowering, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[set[str]] = []
+    record = lowering.__call__
+
+    def lower(exported: Any, device: str, **names: Any) -> bytes:
+        seen.append({str(v.dtype) for n in exported.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)})
+        return record(exported, device, **names)
+
+    monkeypatch.setattr(export, "lower_program", lower)
+    bundle = export_bundle(make_chunk_policy, tmp_path / "bf16", precision="bf16")
+    assert bundle.manifest.programs["CPU"].precision == "bf16"
+    export_bundle(make_chunk_policy, tmp_path / "f32")
+    assert "torch.bfloat16" in seen[0] and "torch.bfloat16" not in seen[1]
+    # the portable program stays the float32 model, whatever the precision of the program
+    loaded = torch.export.load(str(bundle.path / "model.pt2"))
+    assert {str(v.dtype) for n in loaded.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)} <= {
+        "torch.float32",
+        "torch.uint8",
+    }
+
+
+def test_an_export_that_fails_is_named_with_its_error(
+    tmp_path: Path, lowering: Lowering, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(export, "export_for_lowering", _raises)
+    assert _refusal(tmp_path, make_chunk_policy, precision="f16") == "torch.export at f16 failed: RuntimeError: cannot"
+    monkeypatch.setattr(torch.export, "export", _raises)
+    assert _refusal(tmp_path, make_chunk_policy) == "torch.export failed: RuntimeError: cannot"
+    assert lowering.calls == []
 
 
 # --- lower_program around ExecuTorch's lowering --------------------------------------------------

@@ -308,6 +308,21 @@ def test_a_graph_called_with_an_input_missing_refuses_rather_than_drop_one() -> 
     assert family.seen == []
 
 
+def test_a_noise_or_prefix_input_too_few_or_too_many_is_refused_rather_than_dropped() -> None:
+    state, a, b = torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.25]), torch.tensor([2.0])
+    family = _family((STATE,), noise={"noise.a": (2,), "noise.b": (1,)})
+    with pytest.raises(ValueError, match="zip"):
+        LeRobotGraph(family, 1)(state, a)  # noise.b missing
+    with pytest.raises(ValueError, match="zip"):
+        LeRobotGraph(family, 1)(state, a, b, torch.zeros(1))  # an input that is nothing
+    family_p = _family(
+        (STATE,), noise={"noise.a": (2,)}, prefix={"p": ((6, 2), "prefix"), "w": ((6,), "prefix_weights")}
+    )
+    with pytest.raises(ValueError, match="zip"):
+        LeRobotGraph(family_p, 1)(state, a, torch.zeros(6, 2))  # the prefix's weights missing
+    assert family.seen == [] and family_p.seen == []
+
+
 def test_without_prefix_inputs_the_plain_prediction_gets_the_noise() -> None:
     family = _family((STATE,), noise={"noise": (2,)})
     LeRobotGraph(family, 1)(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))
@@ -368,15 +383,16 @@ def test_the_test_case_is_seeded_around_the_statistics_and_in_the_programs_input
     assert got["p"].tolist() == [9.0]
 
 
-def test_a_test_case_with_history_has_frames_first_and_seed_zero_by_default() -> None:
-    family = _family((CAMERA, STATE), n_obs=3)
+@pytest.mark.parametrize("n_obs", [2, 3])
+def test_a_test_case_with_history_has_frames_first_and_seed_zero_by_default(n_obs: int) -> None:
+    family = _family((CAMERA, STATE), n_obs=n_obs)
     got = example_inputs(family)
-    assert got["cam"].shape == (3, 2, 2, 3)
-    assert got["observation.state"].shape == (3, 2)
+    assert got["cam"].shape == (n_obs, 2, 2, 3)
+    assert got["observation.state"].shape == (n_obs, 2)
     assert got["observation.state"].is_contiguous()
     g = torch.Generator().manual_seed(0)
-    assert torch.equal(got["cam"], torch.randint(0, 256, (3, 2, 2, 3), dtype=torch.uint8, generator=g))
-    assert torch.equal(got["observation.state"], torch.randn(3, 2, generator=g))
+    assert torch.equal(got["cam"], torch.randint(0, 256, (n_obs, 2, 2, 3), dtype=torch.uint8, generator=g))
+    assert torch.equal(got["observation.state"], torch.randn(n_obs, 2, generator=g))
 
 
 def test_an_env_input_far_outside_its_range_is_clamped_to_it() -> None:
