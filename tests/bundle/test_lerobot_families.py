@@ -180,6 +180,7 @@ def test_tdmpc_noise_inputs_follow_the_planners_draws() -> None:
     assert list(_tdmpc().noise_inputs()) == ["noise.pi", "noise.cem", "noise.terminal", "noise.ensemble", "noise.elite"]
     assert _tdmpc(use_mpc=False).noise_inputs() == {}
     assert _tdmpc(n_pi_samples=1).noise_inputs()["noise.pi"] == (3, 1, 6)
+    assert _tdmpc(q_ensemble_size=3).noise_inputs()["noise.ensemble"] == (2, 2)  # two of three Q functions
     assert _tdmpc(n_pi_samples=0, q_ensemble_size=2).noise_inputs() == {
         "noise.cem": (2, 3, 5, 6),
         "noise.terminal": (2, 5, 6),
@@ -415,7 +416,8 @@ def _smolvla(rtc: Any = None, **config: Any) -> Any:
         "n_obs_steps": 1,
     }
     values.update(config)
-    loaded = _loaded(SimpleNamespace(config=SimpleNamespace(**values)), chunk=10, steps=5, dim=6)
+    steps = int(values["n_action_steps"])
+    loaded = _loaded(SimpleNamespace(config=SimpleNamespace(**values)), chunk=10, steps=steps, dim=6)
     loaded.unnormalizer = SimpleNamespace(_tensor_stats={})
     return SmolvlaFamily(loaded)
 
@@ -478,6 +480,15 @@ def test_the_example_prefix_is_a_leftover_around_the_action_statistics_weighted_
     family.loaded.unnormalizer._tensor_stats = {"action": {"mean": torch.full((6,), 10.0)}}  # no std: as drawn
     raw = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
     assert torch.equal(family.example_prefix()["rtc.prefix"][:3], raw)
+    family.loaded.unnormalizer._tensor_stats = {}  # no statistics for the action at all: as drawn too
+    assert torch.equal(family.example_prefix()["rtc.prefix"][:3], raw)
+
+
+def test_a_policy_serving_one_step_gets_an_example_leftover_of_one_step() -> None:
+    family = _smolvla(_rtc(), n_action_steps=1)
+    got = family.example_prefix()
+    assert got["rtc.prefix"][1:].abs().sum().item() == 0 and got["rtc.prefix"][0].abs().sum().item() > 0
+    assert got["rtc.prefix_weights"].tolist() == [1] + [0] * 9
 
 
 def test_smolvlas_rtc_settings_are_refused_before_tracing_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
