@@ -244,6 +244,13 @@ SCOPES: dict[str, Scope] = {
             "runtime.arm.process.x__receive_init*",
         ),
     ),
+    # The arm process's entry: its memory locked (or why not, and the way out), its one argument. Its
+    # run() (the loop on a serial port in a process of its own) is left to tests/arm/test_faults.py.
+    "arm-process-entry": Scope(
+        ("runtime/arm/process.py",),
+        ("tests/arm/test_arm_side.py",),
+        ("runtime.arm.process.x__mlockall*", "runtime.arm.process.x_main*"),
+    ),
     # The vendors' buses and control tables: each register's address and size as the datasheets give
     # them, the Feetech Lock around EEPROM writes, the Dynamixel CRC-error status and alert read-back.
     "driver-vendors": Scope(
@@ -865,8 +872,8 @@ SCOPES: dict[str, Scope] = {
             )
         ),
     ),
-    # export_bundle and lower_bundle themselves, the unbatched and lower-precision wrappers: every
-    # mutant runs the tests that export (about 10 s each on 2 shared cores), so about 600 mutants take hours.
+    # export_bundle and lower_bundle themselves, the unbatched and lower-precision wrappers, on the same
+    # tests: tiny models exported for real, the lowering a stand-in (558 mutants, about 11 minutes).
     "bundle-export": Scope(
         ("runtime/bundle/export.py",),
         ("tests/bundle/test_export_rules.py",),

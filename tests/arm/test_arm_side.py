@@ -650,3 +650,60 @@ def test_a_start_from_the_daemon_runs_the_loop_on_the_chunks_it_sends(ends: tupl
     loop._tick(2, 0.0)
     assert loop.bus.writes()[-1]["a"] == 11.0  # type: ignore[attr-defined]
     assert loop.controller.mailbox.take_command() is None
+
+
+# --- the process's entry: its memory locked, its one argument ---------------------------------------------------
+
+
+class _Libc:
+    def __init__(self, result: int, errno: int = 0) -> None:
+        self.result, self.errno, self.flags = result, errno, []
+
+    def mlockall(self, flags: int) -> int:
+        self.flags.append(flags)
+        if self.result != 0:
+            import ctypes
+
+            ctypes.set_errno(self.errno)
+        return self.result
+
+
+def test_memory_is_locked_now_and_for_the_future_or_the_reason_and_the_way_out_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ctypes
+    import errno
+    import os
+
+    libc = _Libc(0)
+    opened: list[tuple[Any, bool]] = []
+
+    def cdll(name: Any, use_errno: bool = False) -> _Libc:
+        opened.append((name, use_errno))
+        return libc
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    assert process._mlockall() == "memory locked"
+    assert libc.flags == [3] and opened == [(None, True)]  # MCL_CURRENT | MCL_FUTURE, errno kept
+    libc = _Libc(-1, errno.EPERM)
+    assert process._mlockall() == (f"memory not locked ({os.strerror(errno.EPERM)}; grant LimitMEMLOCK=infinity)")
+
+    def missing(name: Any, use_errno: bool = False) -> Any:
+        raise OSError("no libc here")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert process._mlockall() == "memory not locked (no libc here)"
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, use_errno=False: object())  # no mlockall
+    assert process._mlockall() == "memory not locked ('object' object has no attribute 'mlockall')"
+
+
+def test_the_process_takes_its_link_as_fd_and_logs_at_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[int] = []
+    levels: list[str] = []
+    monkeypatch.setattr(process, "run", lambda fd: ran.append(fd) or 7)
+    monkeypatch.setattr("runtime.log.setup_logging", lambda level: levels.append(level))
+    assert process.main(["--fd", "12"]) == 7
+    assert (ran, levels) == ([12], ["INFO"])
+    with pytest.raises(SystemExit) as e:
+        process.main([])
+    assert e.value.code == 2 and ran == [12]
