@@ -244,12 +244,13 @@ SCOPES: dict[str, Scope] = {
             "runtime.arm.process.x__receive_init*",
         ),
     ),
-    # The arm process's entry: its memory locked (or why not, and the way out), its one argument. Its
-    # run() (the loop on a serial port in a process of its own) is left to tests/arm/test_faults.py.
+    # The arm process's entry and body: its memory locked (or why not, and the way out), its one argument,
+    # run() in the test's process on simulated servos with the test as the daemon (the signals, its CPU,
+    # ready, a shutdown, each refusal to start). The real process under a daemon: tests/arm/test_faults.py.
     "arm-process-entry": Scope(
         ("runtime/arm/process.py",),
-        ("tests/arm/test_arm_side.py",),
-        ("runtime.arm.process.x__mlockall*", "runtime.arm.process.x_main*"),
+        ("tests/arm/test_arm_side.py", "tests/arm/test_arm_process_run.py"),
+        ("runtime.arm.process.x__mlockall*", "runtime.arm.process.x_main*", "runtime.arm.process.x_run*"),
     ),
     # The vendors' buses and control tables: each register's address and size as the datasheets give
     # them, the Feetech Lock around EEPROM writes, the Dynamixel CRC-error status and alert read-back.

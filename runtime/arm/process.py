@@ -313,6 +313,7 @@ def run(fd: int) -> int:
         )
     except (InterruptedError, Exception) as e:  # the daemon reports it and exits; nothing moved
         link.send({"t": "failed", "error": f"{type(e).__name__}: {e}" if not str(e) else str(e)})
+        link.close()
         return 1
     bus = monitor.bus
     assert bus is not None

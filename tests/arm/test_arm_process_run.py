@@ -1,0 +1,290 @@
+"""The arm process's body, ``run``, in the test's own process: the configuration taken from the link, the
+signals it answers, its CPU, the arm opened (simulated servos on a pseudo-terminal), the loop started and
+said ready, a shutdown asked by the daemon, and each way it refuses to start with nothing moved.
+
+The test holds the daemon's end of a real socket pair and plays the daemon from a thread; ``run`` keeps
+the test's main thread, as it keeps the arm process's. What would change the test process for good is
+recorded instead of done: the signal handlers, the memory lock, the garbage collector taken over, the
+scheduling of its threads. ``tests/arm/test_faults.py`` runs the real process under a real daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drivers.config import ArmConfig
+from runtime.arm import process
+from runtime.arm.wire import Link, LinkClosed
+from runtime.control.config import ControlConfig
+from runtime.teleop.config import TeleopConfig
+from tests.control.small_arm import manifest as small_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+CALIBRATION = str(ROOT / "configs" / "calibration" / "so101_sim.toml")
+SO101 = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+WAIT_S = 20.0
+
+pytestmark = pytest.mark.timeout(60, method="thread")
+
+
+@dataclass
+class Changes:
+    """What ``run`` asked of the process, recorded rather than done."""
+
+    handlers: dict[int, Any] = field(default_factory=dict)
+    affinity: list[tuple[int, set[int]]] = field(default_factory=list)
+    normal: int = 0
+    taken_over: int = 0
+    realtime: list[int] = field(default_factory=list)
+
+
+@pytest.fixture
+def changes(monkeypatch: pytest.MonkeyPatch) -> Changes:
+    c = Changes()
+    monkeypatch.setattr(process.signal, "signal", lambda sig, handler: c.handlers.__setitem__(sig, handler))
+
+    def setaffinity(pid: int, cpus: Any) -> None:
+        c.affinity.append((pid, set(cpus)))
+
+    monkeypatch.setattr(os, "sched_setaffinity", setaffinity)
+
+    def normal() -> int:
+        c.normal += 1
+        return 0
+
+    monkeypatch.setattr("runtime.scheduling.normal_scheduling", normal)
+    monkeypatch.setattr(process, "_mlockall", lambda: "memory locked (recorded)")
+
+    def take_over() -> None:
+        c.taken_over += 1
+
+    monkeypatch.setattr(process.Collector, "take_over", staticmethod(take_over))
+
+    def realtime(priority: int) -> str:
+        c.realtime.append(priority)
+        return "recorded"
+
+    monkeypatch.setattr("runtime.control.clock.request_realtime", realtime)
+    return c
+
+
+def init(
+    arm: ArmConfig | None = None, *, names: tuple[str, ...] = SO101, cpu: int | None = None, **control: Any
+) -> dict[str, Any]:
+    control.setdefault("rt_priority", 0)
+    return {
+        "t": "init",
+        "control": asdict(ControlConfig(**control)),
+        "teleop": asdict(TeleopConfig()),
+        "arm": asdict(arm or ArmConfig(kind="sim", calibration=CALIBRATION)),
+        "manifest": small_manifest(names=names, rate_hz=30).to_json(),
+        "cpu": cpu,
+        "arm_wait_s": 0.0,
+        "record": False,
+    }
+
+
+class Daemon:
+    """The daemon's end: sends the configuration, keeps what comes back, answers ``ready`` with ``then``."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        then: Callable[[Daemon], None] | None,
+        watch: Callable[[Daemon, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.link = Link(sock)
+        self.then = then
+        self.watch = watch
+        self.heard: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._run, name="test-daemon", daemon=True)
+
+    def start(self, message: dict[str, Any]) -> Daemon:
+        assert self.link.send(message)
+        self._thread.start()
+        return self
+
+    def kinds(self) -> list[str]:
+        return [str(m.get("t")) for m in self.heard]
+
+    def first(self, kind: str) -> dict[str, Any]:
+        return next(m for m in self.heard if m.get("t") == kind)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                for m in self.link.receive():
+                    self.heard.append(m)
+                    if m.get("t") == "ready" and self.then is not None:
+                        self.then(self)
+                    if self.watch is not None:
+                        self.watch(self, m)
+                    if m.get("t") in ("bye", "failed"):
+                        return
+            except LinkClosed:
+                return
+            if self.then is not None and any(m.get("t") == "ready" for m in self.heard):
+                self.link.send({"t": "gate", "blocked": None})  # the daemon is alive: no silence
+            time.sleep(0.02)
+
+    def join(self) -> None:
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive(), f"the daemon side heard {self.kinds()}"
+
+
+@pytest.fixture
+def ends() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    yield a, b
+    for s in (a, b):
+        s.close()
+
+
+def _run(
+    ends: tuple[socket.socket, socket.socket], message: dict[str, Any], then: Any = None, watch: Any = None
+) -> tuple[int, Daemon]:
+    arm_end, daemon_end = ends
+    daemon = Daemon(daemon_end, then, watch).start(message)
+    code = process.run(os.dup(arm_end.fileno()))
+    daemon.join()
+    return code, daemon
+
+
+def _shutdown(daemon: Daemon) -> None:
+    daemon.link.send({"t": "shutdown"})
+
+
+def test_the_arm_process_starts_says_ready_and_ends_cleanly_when_the_daemon_asks(
+    ends: tuple[socket.socket, socket.socket], changes: Changes
+) -> None:
+    code, daemon = _run(ends, init(), _shutdown)
+    assert code == 0
+    kinds = daemon.kinds()
+    assert kinds[:2] == ["status", "ready"] and kinds[-1] == "bye"
+    ready = daemon.first("ready")
+    assert ready["pid"] == os.getpid() and ready["memory"] == "memory locked (recorded)"
+    assert ready["joints"] == list(SO101)
+    assert sorted(ready["positions"]) == sorted(SO101)
+    assert all(isinstance(v, float) for v in ready["positions"].values())
+    status = daemon.first("status")["status"]
+    assert (status["tick"], status["rate_hz"], status["mode"]) == (0, 30.0, "idle")  # the bundle's rate
+    assert daemon.first("bye") == {"t": "bye", "ok": True}
+    # SIGTERM ends it, Ctrl-C and a reload are the daemon's, SIGUSR1 is an e-stop
+    assert set(changes.handlers) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1}
+    assert changes.handlers[signal.SIGINT] is signal.SIG_IGN and changes.handlers[signal.SIGHUP] is signal.SIG_IGN
+    assert callable(changes.handlers[signal.SIGTERM]) and callable(changes.handlers[signal.SIGUSR1])
+    assert (changes.normal, changes.taken_over, changes.affinity, changes.realtime) == (1, 1, [], [])
+
+
+def test_sigusr1_latches_an_estop_and_sigterm_then_ends_it(
+    ends: tuple[socket.socket, socket.socket], changes: Changes
+) -> None:
+    def estop(daemon: Daemon) -> None:
+        changes.handlers[signal.SIGUSR1](signal.SIGUSR1, None)
+
+    said: list[str] = []
+
+    def watch(daemon: Daemon, m: dict[str, Any]) -> None:
+        if m.get("t") == "ev":
+            said.append(str(m["text"]))
+            if "SIGUSR1" in m["text"]:
+                changes.handlers[signal.SIGTERM](signal.SIGTERM, None)
+
+    code, daemon = _run(ends, init(), estop, watch)
+    assert code == 0 and daemon.kinds()[-1] == "bye"
+    assert any("SIGUSR1" in text for text in said), said
+
+
+def test_it_keeps_to_its_cpu_and_sits_just_below_the_loops_priority(
+    ends: tuple[socket.socket, socket.socket], changes: Changes
+) -> None:
+    code, _ = _run(ends, init(cpu=1, rt_priority=2), _shutdown)
+    assert code == 0
+    assert changes.affinity[0] == (0, {1})
+    assert changes.realtime[-1] == 1  # the loop's thread asked for 2 (recorded too); this one for 1
+
+
+def test_a_cpu_it_may_not_use_is_said_and_the_arm_still_runs(
+    ends: tuple[socket.socket, socket.socket],
+    changes: Changes,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refuse(pid: int, cpus: Any) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    code, daemon = _run(ends, init(cpu=7), _shutdown)
+    assert code == 0 and "ready" in daemon.kinds()
+    assert "arm: could not keep to CPU 7: [Errno 22] Invalid argument" in caplog.text
+
+
+def test_an_arm_that_cannot_be_opened_is_told_to_the_daemon_and_nothing_starts(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, tmp_path: Path
+) -> None:
+    port = str(tmp_path / "ttyNONE")
+    code, daemon = _run(ends, init(ArmConfig(kind="feetech", port=port, calibration=CALIBRATION)))
+    assert code == 1
+    assert daemon.kinds() == ["failed"]
+    assert port in daemon.first("failed")["error"]
+    assert changes.taken_over == 0
+
+
+def test_an_absent_arm_is_waited_for_as_the_daemon_says_and_a_sigterm_ends_the_wait(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, tmp_path: Path
+) -> None:
+    port = str(tmp_path / "ttyLATER")
+    message = {**init(ArmConfig(kind="feetech", port=port, calibration=CALIBRATION)), "arm_wait_s": 30.0}
+
+    def watch(daemon: Daemon, m: dict[str, Any]) -> None:
+        if m.get("t") == "waiting":
+            changes.handlers[signal.SIGTERM](signal.SIGTERM, None)
+
+    code, daemon = _run(ends, message, watch=watch)
+    assert code == 1
+    assert daemon.kinds() == ["waiting", "failed"]
+    assert daemon.first("waiting")["text"].startswith(f"waiting for the arm on {port} (30 s left): ")
+    assert daemon.first("failed")["error"] == "stopped while waiting for the arm"
+
+
+def _after_three_ticks(daemon: Daemon, m: dict[str, Any]) -> None:
+    if m.get("t") == "tick" and daemon.kinds().count("tick") == 3:
+        _shutdown(daemon)
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_a_recording_daemon_gets_each_ticks_record_with_its_snapshot(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, record: bool
+) -> None:
+    code, daemon = _run(ends, {**init(), "record": record}, watch=_after_three_ticks)
+    assert code == 0
+    records = [m["ep"] for m in daemon.heard if m.get("t") == "tick"][:3]
+    assert len(records) == 3
+    if not record:
+        assert records == [None, None, None]
+        return
+    for now, present, _goal, _requested, source, intervention in records:
+        assert isinstance(now, float) and len(present) == len(SO101)
+        assert (source, intervention) == ("hold", False)  # nothing commanded: the arm holds where it is
+
+
+def test_a_policy_for_another_arm_is_told_to_the_daemon_and_nothing_moves(
+    ends: tuple[socket.socket, socket.socket], changes: Changes
+) -> None:
+    code, daemon = _run(ends, init(names=("a", "b", "gripper")))
+    assert code == 1
+    kinds = daemon.kinds()
+    assert "ready" not in kinds and "failed" in kinds
+    assert "a" in daemon.first("failed")["error"]
+    assert changes.taken_over == 0
