@@ -96,6 +96,8 @@ def test_diffusion_serves_from_its_last_observation_step_with_one_noise_input() 
         ((4, 5), (3, 5), 0),
         ((4, 5, 3), (4, 2, 1), -2),
         ((2, 5, 3), (1, 5, 1), 2),
+        ((1, 5), (3, 2), 1),  # the indices broadcast the source
+        ((1, 5, 3), (4, 2, 3), 1),
         ((6,), (3,), None),
     ],
 )
