@@ -728,6 +728,14 @@ SCOPES: dict[str, Scope] = {
             )
         ),
     ),
+    # quantize_bundle whole and the gate child's body, with NNCF's quantize_model, the lowering, the gate
+    # and OpenVINO stood in for: the refusals, the split, the quantizer's options and fallback, stdout kept
+    # for --json, the INT8 bundle's files and manifest, nothing left when a step fails.
+    "bundle-quantize-run": Scope(
+        ("runtime/bundle/quantize.py",),
+        ("tests/bundle/test_quantize_run.py",),
+        ("runtime.bundle.quantize.x_quantize_bundle*", "runtime.bundle.quantize.x__run_blob*"),
+    ),
     # A LeRobot checkpoint up to its export plan, without a model: the plan on a stand-in family and
     # loader, the family's defaults, the families, the VLM directory, the action scale. load_checkpoint and
     # policy_class load LeRobot's own classes: left to tests/engine/test_lerobot*.py.
