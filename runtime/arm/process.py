@@ -271,10 +271,15 @@ def run(fd: int) -> int:
     link = Link(sock)
     init = _receive_init(sock)
     link.sock.setblocking(False)
-    control = from_mapping(ControlConfig, init["control"], "control")
-    teleop = from_mapping(TeleopConfig, init["teleop"], "teleop")
-    arm_cfg = from_mapping(ArmConfig, init["arm"], "arm")
-    manifest = parse_manifest(init["manifest"], "the daemon's manifest")
+    try:
+        control = from_mapping(ControlConfig, init["control"], "control")
+        teleop = from_mapping(TeleopConfig, init["teleop"], "teleop")
+        arm_cfg = from_mapping(ArmConfig, init["arm"], "arm")
+        manifest = parse_manifest(init["manifest"], "the daemon's manifest")
+    except Exception as e:  # the daemon checked them first: an arm process of another version, said as such
+        link.send({"t": "failed", "error": f"the arm process cannot take the daemon's configuration: {e}"})
+        link.close()
+        return 1
     cpu = init.get("cpu")
 
     side: ArmSide | None = None

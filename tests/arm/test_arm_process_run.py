@@ -107,6 +107,7 @@ class Daemon:
         self.then = then
         self.watch = watch
         self.heard: list[dict[str, Any]] = []
+        self.errors: list[Exception] = []
         self._thread = threading.Thread(target=self._run, name="test-daemon", daemon=True)
 
     def start(self, message: dict[str, Any]) -> Daemon:
@@ -129,7 +130,10 @@ class Daemon:
                     if m.get("t") == "ready" and self.then is not None:
                         self.then(self)
                     if self.watch is not None:
-                        self.watch(self, m)
+                        try:
+                            self.watch(self, m)
+                        except Exception as e:  # a handler that failed: the test reads it
+                            self.errors.append(e)
                     if m.get("t") in ("bye", "failed"):
                         return
             except LinkClosed:
@@ -249,10 +253,13 @@ def test_an_absent_arm_is_waited_for_as_the_daemon_says_and_a_sigterm_ends_the_w
 
     def watch(daemon: Daemon, m: dict[str, Any]) -> None:
         if m.get("t") == "waiting":
-            changes.handlers[signal.SIGTERM](signal.SIGTERM, None)
+            try:
+                changes.handlers[signal.SIGUSR1](signal.SIGUSR1, None)  # nothing to latch yet: nothing happens
+            finally:
+                changes.handlers[signal.SIGTERM](signal.SIGTERM, None)
 
     code, daemon = _run(ends, message, watch=watch)
-    assert code == 1
+    assert code == 1 and daemon.errors == []
     assert daemon.kinds() == ["waiting", "failed"]
     assert daemon.first("waiting")["text"].startswith(f"waiting for the arm on {port} (30 s left): ")
     assert daemon.first("failed")["error"] == "stopped while waiting for the arm"
@@ -288,3 +295,37 @@ def test_a_policy_for_another_arm_is_told_to_the_daemon_and_nothing_moves(
     assert "ready" not in kinds and "failed" in kinds
     assert "a" in daemon.first("failed")["error"]
     assert changes.taken_over == 0
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "says"),
+    [
+        ("control", {"rate": 1}, "control: unknown key(s) rate; expected some of "),
+        ("teleop", {"handover": "jump"}, "teleop.handover: expected one of "),
+        ("arm", {"kind": "robot"}, "arm.kind: expected one of "),
+        ("manifest", {"format": "other"}, "the daemon's manifest: "),
+    ],
+)
+def test_a_configuration_that_does_not_parse_is_told_to_the_daemon_naming_its_section(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, section: str, value: Any, says: str
+) -> None:
+    code, daemon = _run(ends, {**init(), section: value})
+    assert code == 1 and daemon.kinds() == ["failed"]
+    error = daemon.first("failed")["error"]
+    assert error.startswith(f"the arm process cannot take the daemon's configuration: {says}"), error
+    assert changes.handlers == {}  # refused before anything was set up
+
+
+def test_the_teleop_settings_are_the_daemons(ends: tuple[socket.socket, socket.socket], changes: Changes) -> None:
+    message = {**init(), "teleop": {**asdict(TeleopConfig()), "handover": "wait"}}
+    code, daemon = _run(ends, message, _shutdown)
+    assert code == 0 and daemon.first("status")["status"]["teleop"]["handover"] == "wait"
+
+
+def test_its_usage_names_the_module_and_the_link(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        process.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m runtime.arm [-h] --fd FD\n\nthe arm's own process\n")
+    assert "--fd FD     the link socket inherited from the daemon" in out
