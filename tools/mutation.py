@@ -796,6 +796,28 @@ SCOPES: dict[str, Scope] = {
             ),
         ),
     ),
+    # LeRobot's model code as the graph runs it: loading a checkpoint with LeRobot's classes, each family's
+    # predict (Diffusion's sampling loop, TD-MPC's planner, VQ-BeT's codes, ACT's chunk), against LeRobot's
+    # own pipeline with the same draws, in eager mode (tiny random checkpoints; no export). SmolVLA's model
+    # code needs SmolVLM: left to tests/engine/test_lerobot_smolvla*.py.
+    "lerobot-models": Scope(
+        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("loader", "act", "diffusion", "tdmpc", "vqbet")),
+        (
+            "tests/engine/test_lerobot.py::test_graph_is_lerobots_pipeline",
+            "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_sampling_with_history",
+            "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_planner",
+            "tests/engine/test_lerobot_vqbet.py::test_graph_is_lerobots_model",
+        ),
+        (
+            "runtime.bundle.lerobot.loader.x_policy_class*",
+            "runtime.bundle.lerobot.loader.x_load_checkpoint*",
+            "runtime.bundle.lerobot.act.*",
+            "runtime.bundle.lerobot.diffusion.x_sample_actions*",
+            "runtime.bundle.lerobot.diffusion.xǁDiffusionFamilyǁpredict*",
+            "runtime.bundle.lerobot.tdmpc.xǁTdmpcFamilyǁpredict*",
+            "runtime.bundle.lerobot.vqbet.xǁVqbetFamilyǁpredict*",
+        ),
+    ),
     # The server's requests on real ipc sockets and a stand-in engine (no OpenVINO): each kind answered
     # or refused word for word, what is counted, hello's policy description, replies forwarded to the
     # socket they came in on, the clients heard. The socket limits are server-limits'.

@@ -94,6 +94,25 @@ def test_manifest_speaks_lerobot(act_bundle: Path) -> None:
     assert not list(act_bundle.parent.glob(".act.partial-*"))
 
 
+def test_graph_is_lerobots_pipeline(act_checkpoint: Path) -> None:
+    """The module torch.export traces, in eager mode, against LeRobot's own pipeline: no export."""
+    import torch
+
+    from runtime.bundle.lerobot import lerobot_export_plan
+
+    factory, kwargs = lerobot_export_plan(act_checkpoint)
+    graph, example = factory()
+    for seed in (None, 1):
+        obs = {k: v.numpy() for k, v in example.items()} if seed is None else _observation(seed)
+        with torch.no_grad():
+            got = graph(*(torch.from_numpy(obs[k]) for k in example)).numpy()
+        want = lerobot_chunk(act_checkpoint, obs)
+        assert got.shape == want.shape == (20, 6)
+        err = np.abs(got - want) / np.asarray(kwargs["action_scale"])
+        assert err.max() < 1e-5, f"normalised error {err.max():.3g}"
+        assert np.abs(want).max() > 5  # un-normalised actions of real magnitude
+
+
 @pytest.mark.parametrize("engine", ["openvino", "executorch"])
 def test_served_chunk_matches_lerobot_pipeline(act_checkpoint: Path, act_bundle: Path, engine: str) -> None:
     from tests.engine.arithmetic import action_scale
