@@ -580,6 +580,14 @@ SCOPES: dict[str, Scope] = {
     # dataset created, continued or refused, each episode's rows, metadata, statistics and totals,
     # files rolled over at their size limits, the lock, aborts and what they leave behind.
     "recording-writer": Scope(("runtime/recording/writer.py",), ("tests/recording/test_writer.py",)),
+    # Continuing a dataset after a crash while an episode was being finished: what info.json does not
+    # count dropped (rows, an episodes row, a task, camera frames cut by copying packets, files begun for
+    # it, the statistics combined again), on datasets the writer makes, with x264 camera files.
+    "recording-uncounted": Scope(
+        ("runtime/recording/uncounted.py", "runtime/recording/video.py"),
+        ("tests/recording/test_writer_crash.py",),
+        ("runtime.recording.uncounted.*", "runtime.recording.video.x_keep_frames*"),
+    ),
     # `dataset check` rule by rule on datasets the dataset writer makes and stand-in videos: every
     # problem named by file and field, word for word, and what it stops the checker reading. Two
     # scopes of one module, each in minutes: the report, info.json, tasks and episodes; then the

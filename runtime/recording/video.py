@@ -173,6 +173,25 @@ def append_video(dst: Path, src: Path, dst_frames: int, fps: int) -> None:
     os.replace(tmp, dst)
 
 
+def keep_frames(path: Path, frames: int, fps: int) -> None:
+    """Keep the first ``frames`` frames of ``path``, a file appended to episode by episode, by copying
+    packets (replaced atomically). Every episode's packets start with a key frame at its own span and
+    come after the earlier ones', so cutting at an episode's start keeps every packet the rest need."""
+    av = _av()
+    tmp = path.with_name(path.name + ".tmp")
+    cut = Fraction(2 * frames - 1, 2 * fps)  # half a frame before the first one dropped
+    with av.open(str(path)) as src, av.open(str(tmp), mode="w", format="mp4") as out:
+        in_stream = src.streams.video[0]
+        stream = out.add_stream_from_template(in_stream, opaque=True)
+        stream.time_base = in_stream.time_base
+        for packet in src.demux(in_stream):
+            if packet.dts is None or (packet.pts is not None and packet.pts * packet.time_base >= cut):
+                continue
+            packet.stream = stream
+            out.mux(packet)
+    os.replace(tmp, path)
+
+
 def frame_times(path: Path) -> list[float]:
     """Presentation time (seconds) of every frame in the file's first video stream, in order."""
     av = _av()

@@ -8,7 +8,8 @@ written, ``meta/info.json`` last, each file replaced atomically. So every finish
 whole, and a crash mid-episode loses that episode only.
 
 An existing dataset folder is continued (episode and frame indices go on from where it stopped) when
-its features match; otherwise the writer refuses it and says which feature differs.
+its features match; otherwise the writer refuses it and says which feature differs. What a crash while
+finishing an episode left that ``info.json`` does not count is dropped first (``uncounted.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from runtime.recording.features import (
 )
 from runtime.recording.frames import FrameSlot
 from runtime.recording.stats import ImageStats, Stats, column_stats, combine, from_json, to_json
+from runtime.recording.uncounted import drop_uncounted
 from runtime.recording.video import EpisodeVideo, VideoSettings, append_video, video_info
 
 log = logging.getLogger(__name__)
@@ -224,6 +226,14 @@ class DatasetWriter:
                     f"{self.root}: feature {key!r} differs: the dataset has {other}, this recording {mine}; "
                     "record into a new folder"
                 )
+        dropped = drop_uncounted(self.root, info, self.features.image_keys)
+        if dropped:
+            log.warning(
+                "%s: dropped what a run that stopped while finishing episode %d left without counting it: %s",
+                self.root,
+                info["total_episodes"],
+                "; ".join(dropped),
+            )
         self._info = info
         self._ft = info["features"]
         if (self.root / layout.TASKS_PATH).exists():
