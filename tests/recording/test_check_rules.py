@@ -742,6 +742,24 @@ def write_video(root: Path, size: list[int], times: list[float], path: str = VID
     (root / path).write_text(json.dumps({"size": size, "times": times}))
 
 
+def test_an_unreadable_video_or_one_without_frames_does_not_stop_the_next_files_check(
+    copy: Callable[[str], Path],
+) -> None:
+    rolled = copy("rolled")
+    second = f"videos/{FRONT}/chunk-000/file-001.mp4"
+    (rolled / f"videos/{FRONT}/chunk-000/file-000.mp4").write_text("not a video")
+    write_video(rolled, [32, 16], [0.0, 0.1], path=second)
+    assert problems(rolled) == [
+        f"videos/{FRONT}/chunk-000/file-000.mp4: not a readable video (Expecting value: line 1 column 1 (char 0))",
+        f"{second}: frame size 32x16, features say 16x32",
+    ]
+    write_video(rolled, [16, 32], [], path=f"videos/{FRONT}/chunk-000/file-000.mp4")
+    assert problems(rolled) == [
+        f"videos/{FRONT}/chunk-000/file-000.mp4: no frames",
+        f"{second}: frame size 32x16, features say 16x32",
+    ]
+
+
 def test_a_video_of_another_frame_size_is_named(ds: Path) -> None:
     write_video(ds, [32, 16], [0.0, 0.1, 0.2, 0.3, 0.4])
     assert problems(ds) == [f"{VIDEO}: frame size 32x16, features say 16x32"]
@@ -757,6 +775,8 @@ def test_a_video_without_frames_is_named_once(ds: Path) -> None:
 def test_frames_are_found_within_the_tolerance_on_either_side(ds: Path) -> None:
     # frame 0 exactly the 0.1 ms tolerance late, frame 2 half of it early
     write_video(ds, [16, 32], [0.0001, 0.1, 0.19995, 0.3, 0.4])
+    assert problems(ds) == []
+    write_video(ds, [16, 32], [-0.00005, 0.1, 0.2, 0.3, 0.4])  # the file's first frame a little early
     assert problems(ds) == []
     write_video(ds, [16, 32], [0.0, 0.10011, 0.2, 0.3, 0.4])
     assert problems(ds) == [f"{VIDEO}: episode 0: no frame at 0.1000 s (frame 1); 1 of 3 frames missing"]
@@ -819,12 +839,14 @@ def test_a_count_that_disagrees_with_the_total_is_named_but_not_a_cameras(ds: Pa
 
 def test_a_missing_statistic_and_one_that_is_a_table_are_named(ds: Path) -> None:
     def edit(stats: dict[str, Any]) -> None:
+        del stats["action"]["q01"]
         del stats["action"]["q99"]
         stats["action"]["std"] = {"a": 1}
 
     edit_json(ds / STATS, edit)
     assert problems(ds) == [
         f"{STATS}: action.std: expected numbers of shape (2,), found {{'a': 1}}",
+        f"{STATS}: action.q01: missing",
         f"{STATS}: action.q99: missing",
     ]
 
@@ -839,6 +861,11 @@ def test_a_statistic_that_is_not_numbers_is_named_cut_short(ds: Path) -> None:
     assert problems(ds) == [f"{STATS}: action.mean: expected numbers of shape (2,), found '{'x' * 59}"]
     edit_json(ds / STATS, lambda stats: stats.update(action="y" * 100))
     assert problems(ds) == [f"{STATS}: action: expected a table of statistics, found '{'y' * 59}"]
+    edit_json(ds / STATS, lambda stats: stats.update({"observation.state": 3}))  # and the next one's too
+    assert problems(ds) == [
+        f"{STATS}: observation.state: expected a table of statistics, found 3",
+        f"{STATS}: action: expected a table of statistics, found '{'y' * 59}",
+    ]
 
 
 def test_each_statistic_is_checked_in_its_own_shape(ds: Path) -> None:
