@@ -826,6 +826,35 @@ SCOPES: dict[str, Scope] = {
             "runtime.bundle.lerobot.vqbet.xǁVqbetFamilyǁpredict*",
         ),
     ),
+    # SmolVLA's model code as the graph runs it, sampled: the vision positions, RoPE, the resize as matrix
+    # products, the attention masks counted in integers, the guided flow step, each check against LeRobot's
+    # own; against LeRobot's pipeline and RTC path in eager mode (a tiny SmolVLA with a small VLM).
+    "lerobot-smolvla": Scope(
+        ("runtime/bundle/lerobot/smolvla.py",),
+        (
+            "tests/engine/test_lerobot_smolvla.py::test_graph_is_lerobots_pipeline_with_tasks_and_noise",
+            "tests/engine/test_lerobot_smolvla.py::test_export_refuses_a_vlm_it_cannot_find_offline",
+            "tests/engine/test_lerobot_smolvla_rtc.py::test_the_graph_is_lerobots_rtc_path",
+            "tests/engine/test_lerobot_smolvla_rtc.py::test_weights_are_lerobots_for_every_schedule",
+            "tests/engine/test_lerobot_smolvla_rtc.py::test_a_lerobot_whose_guidance_differs_is_refused_before_tracing",
+        ),
+        tuple(
+            f"runtime.bundle.lerobot.smolvla.{f}*"
+            for f in (
+                "x__full_mask_position_ids",
+                "x__apply_rope",
+                "x__check_rope",
+                "xǁ_MatrixResizeǁ",
+                "x__resize_matrices",
+                "xǁ_TorchCountingInIntegersǁ",
+                "x__make_att_2d_masks",
+                "x__check_masks",
+                "x__guided_step",
+                "x__check_guidance",
+                "xǁSmolvlaFamilyǁpredict",
+            )
+        ),
+    ),
     # The server's requests on real ipc sockets and a stand-in engine (no OpenVINO): each kind answered
     # or refused word for word, what is counted, hello's policy description, replies forwarded to the
     # socket they came in on, the clients heard. The socket limits are server-limits'.

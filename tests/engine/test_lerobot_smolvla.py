@@ -52,6 +52,7 @@ class LeRobotPipeline:
 
         self.loaded = load_checkpoint(read_checkpoint(checkpoint), vlm_dir=vlm)
         self.policy = self.loaded.policy
+        self.vlm = vlm
 
     def batch(self, observation: dict[str, np.ndarray], task: str) -> dict[str, Any]:
         import torch
@@ -120,6 +121,31 @@ def normalised_error(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> fl
 
 
 # --- the tokenizer ---------------------------------------------------------------------------
+
+
+def test_graph_is_lerobots_pipeline_with_tasks_and_noise(smolvla_checkpoint: Path, lerobot: LeRobotPipeline) -> None:
+    """The module torch.export traces, in eager mode, against LeRobot's own pipeline: no export."""
+    import torch
+
+    from runtime.bundle.lerobot import lerobot_export_plan
+
+    factory, kwargs = lerobot_export_plan(smolvla_checkpoint, vlm_dir=lerobot.vlm)
+    graph, example = factory()
+    scale = np.asarray(kwargs["action_scale"])
+    chunks = []
+    for t, (task, noise) in enumerate(zip(TASKS[:2], noises(3, 2), strict=True)):
+        obs = observation(t)
+        ids, mask = lerobot.tokens(task)
+        inputs = {IMAGE: obs[IMAGE], STATE: obs[STATE], TOKENS: ids, MASK: mask, "noise": noise}
+        assert list(example) == list(inputs)
+        with torch.no_grad():
+            got = graph(*(torch.from_numpy(np.ascontiguousarray(v)) for v in inputs.values())).numpy()
+        want = lerobot.step(obs, task, noise)
+        assert got.shape == want.shape
+        assert normalised_error(got, want, scale) < 1e-4
+        assert np.abs(want).max() > 5  # un-normalised actions of real magnitude
+        chunks.append(got)
+    assert np.abs(chunks[1] - chunks[0]).max() > 1e-3  # the task, the observation and the noise matter
 
 
 @pytest.mark.parametrize("task", TASKS)

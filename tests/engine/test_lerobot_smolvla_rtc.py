@@ -200,6 +200,43 @@ def test_weights_are_lerobots_for_every_schedule(lerobot: LeRobotRTC) -> None:
         rtc.rtc_config.prefix_attention_schedule = RTCAttentionSchedule.LINEAR
 
 
+def test_the_graph_is_lerobots_rtc_path(smolvla_rtc_checkpoint: Path, lerobot: LeRobotRTC) -> None:
+    """The module torch.export traces, in eager mode, against LeRobot's RTC path: no export. Every case
+    of leftover and delay, and no leftover at all (zero weights)."""
+    import torch
+    from lerobot.policies.utils import prepare_observation_for_inference
+
+    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.bundle.rtc import no_prefix_weights, prefix_weights
+
+    factory, kwargs = lerobot_export_plan(smolvla_rtc_checkpoint)
+    graph, example = factory()
+    scale = np.asarray(kwargs["action_scale"])
+    batch = lerobot.loaded.preprocessor(
+        prepare_observation_for_inference(
+            {k: v.copy() for k, v in observation(0).items()}, torch.device("cpu"), task=TASK
+        )
+    )
+    tokens = (batch[TOKENS][0].numpy(), batch[MASK][0].numpy())
+
+    def run(obs: dict[str, np.ndarray], flow: np.ndarray, rest: tuple[np.ndarray, ...]) -> np.ndarray:
+        inputs = program_inputs(obs, tokens, flow, rest)
+        assert len(inputs) == len(example)
+        with torch.no_grad():
+            return np.asarray(graph(*(torch.from_numpy(np.ascontiguousarray(v)) for v in inputs)).numpy())
+
+    for t, (steps, delay) in enumerate(CASES):
+        obs, flow = observation(t), noise(40 + t)
+        left = leftover(t, steps, lerobot)
+        padded = np.zeros((CHUNK, JOINTS), np.float32)
+        padded[:steps] = left
+        rest = (padded, prefix_weights(delay, HORIZON, CHUNK, "LINEAR", steps), np.array([GUIDANCE], np.float32))
+        assert error(run(obs, flow, rest), lerobot.step(obs, flow, left, delay), scale) < 1e-4, (steps, delay)
+    obs, flow = observation(9), noise(9)
+    zero = (np.zeros((CHUNK, JOINTS), np.float32), no_prefix_weights(CHUNK), np.array([GUIDANCE], np.float32))
+    assert error(run(obs, flow, zero), lerobot.step(obs, flow), scale) < 1e-4
+
+
 @pytest.mark.parametrize("engine_name", ["openvino", "executorch"])
 def test_the_program_matches_lerobots_rtc_chunk(
     smolvla_rtc_bundle: Path,
