@@ -241,10 +241,14 @@ class Lowering:
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.dtypes: list[set[str]] = []  # of each program's graph: the precision it was lowered at
         self.program = programs.build()
 
     def __call__(self, exported: Any, device: str, *, input_names: tuple[str, ...] = (), output_names=()) -> bytes:
         self.calls.append({"device": device, "inputs": input_names, "outputs": output_names})
+        graph = getattr(exported, "graph", None)
+        nodes = graph.nodes if graph is not None else ()
+        self.dtypes.append({str(v.dtype) for n in nodes if isinstance(v := n.meta.get("val"), torch.Tensor)})
         return self.program
 
 
@@ -777,14 +781,7 @@ def test_an_f32_program_is_the_model_as_it_is() -> None:
 def test_lower_bundle_casts_the_portable_program_to_the_precision_asked(
     tmp_path: Path, lowering: Lowering, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[set[str]] = []
-    record = lowering.__call__
-
-    def lower(exported: Any, device: str, **names: Any) -> bytes:
-        seen.append({str(v.dtype) for n in exported.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)})
-        return record(exported, device, **names)
-
-    monkeypatch.setattr(export, "lower_program", lower)
+    seen = lowering.dtypes
     export_bundle(make_chunk_policy, tmp_path / "b")
     m = lower_bundle(tmp_path / "b", "GPU", precision="bf16").manifest
     assert m.programs["GPU"].precision == "bf16" and m.programs["CPU"].precision == "f32"
@@ -799,17 +796,8 @@ def _raises(*args: Any) -> Any:
     raise RuntimeError("cannot")
 
 
-def test_export_bundle_lowers_the_program_at_the_precision_asked(
-    tmp_path: Path, lowering: Lowering, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seen: list[set[str]] = []
-    record = lowering.__call__
-
-    def lower(exported: Any, device: str, **names: Any) -> bytes:
-        seen.append({str(v.dtype) for n in exported.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)})
-        return record(exported, device, **names)
-
-    monkeypatch.setattr(export, "lower_program", lower)
+def test_export_bundle_lowers_the_program_at_the_precision_asked(tmp_path: Path, lowering: Lowering) -> None:
+    seen = lowering.dtypes
     bundle = export_bundle(make_chunk_policy, tmp_path / "bf16", precision="bf16")
     assert bundle.manifest.programs["CPU"].precision == "bf16"
     export_bundle(make_chunk_policy, tmp_path / "f32")

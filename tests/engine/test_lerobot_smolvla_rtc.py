@@ -151,6 +151,32 @@ def program_inputs(
     return [obs[IMAGE], obs[STATE], *tokens, flow, *rest]
 
 
+def case(
+    t: int, steps: int, delay: int, lerobot: LeRobotRTC
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Case ``t`` of CASES: its observation, flow noise, leftover of ``steps`` and the prefix inputs the
+    server makes of them (the leftover padded to the chunk, LINEAR weights for ``delay``, the cap)."""
+    from runtime.bundle.rtc import prefix_weights
+
+    obs, flow = observation(t), noise(40 + t)
+    left = leftover(t, steps, lerobot)
+    padded = np.zeros((CHUNK, JOINTS), np.float32)
+    padded[:steps] = left
+    return (
+        obs,
+        flow,
+        left,
+        (padded, prefix_weights(delay, HORIZON, CHUNK, "LINEAR", steps), np.array([GUIDANCE], np.float32)),
+    )
+
+
+def no_prefix() -> tuple[np.ndarray, ...]:
+    """The prefix inputs of a request without a leftover: zeros, zero weights, the cap."""
+    from runtime.bundle.rtc import no_prefix_weights
+
+    return np.zeros((CHUNK, JOINTS), np.float32), no_prefix_weights(CHUNK), np.array([GUIDANCE], np.float32)
+
+
 # --- the bundle ------------------------------------------------------------------------------
 
 
@@ -207,7 +233,6 @@ def test_the_graph_is_lerobots_rtc_path(smolvla_rtc_checkpoint: Path, lerobot: L
     from lerobot.policies.utils import prepare_observation_for_inference
 
     from runtime.bundle.lerobot import lerobot_export_plan
-    from runtime.bundle.rtc import no_prefix_weights, prefix_weights
 
     factory, kwargs = lerobot_export_plan(smolvla_rtc_checkpoint)
     graph, example = factory()
@@ -226,15 +251,10 @@ def test_the_graph_is_lerobots_rtc_path(smolvla_rtc_checkpoint: Path, lerobot: L
             return np.asarray(graph(*(torch.from_numpy(np.ascontiguousarray(v)) for v in inputs)).numpy())
 
     for t, (steps, delay) in enumerate(CASES):
-        obs, flow = observation(t), noise(40 + t)
-        left = leftover(t, steps, lerobot)
-        padded = np.zeros((CHUNK, JOINTS), np.float32)
-        padded[:steps] = left
-        rest = (padded, prefix_weights(delay, HORIZON, CHUNK, "LINEAR", steps), np.array([GUIDANCE], np.float32))
+        obs, flow, left, rest = case(t, steps, delay, lerobot)
         assert error(run(obs, flow, rest), lerobot.step(obs, flow, left, delay), scale) < 1e-4, (steps, delay)
     obs, flow = observation(9), noise(9)
-    zero = (np.zeros((CHUNK, JOINTS), np.float32), no_prefix_weights(CHUNK), np.array([GUIDANCE], np.float32))
-    assert error(run(obs, flow, zero), lerobot.step(obs, flow), scale) < 1e-4
+    assert error(run(obs, flow, no_prefix()), lerobot.step(obs, flow), scale) < 1e-4
 
 
 @pytest.mark.parametrize("engine_name", ["openvino", "executorch"])
@@ -247,7 +267,6 @@ def test_the_program_matches_lerobots_rtc_chunk(
 ) -> None:
     """Same observation, task, noise, leftover and delay: LeRobot's chunk, within the f32 tolerance;
     the guidance is real (the chunk moves towards the leftover); zero weights sample as without RTC."""
-    from runtime.bundle.rtc import no_prefix_weights, prefix_weights
     from tests.engine.arithmetic import load_on_this_cpu
 
     loaded, report = load_on_this_cpu(smolvla_rtc_bundle, engine_name)
@@ -255,11 +274,7 @@ def test_the_program_matches_lerobots_rtc_chunk(
     try:
         assert report.parity.ok  # the test case, with its leftover, replayed through the gate
         for t, (steps, delay) in enumerate(CASES):
-            obs, flow = observation(t), noise(40 + t)
-            left = leftover(t, steps, lerobot)
-            padded = np.zeros((CHUNK, JOINTS), np.float32)
-            padded[:steps] = left
-            rest = (padded, prefix_weights(delay, HORIZON, CHUNK, "LINEAR", steps), np.array([GUIDANCE], np.float32))
+            obs, flow, left, rest = case(t, steps, delay, lerobot)
             got = loaded.run_validated(program_inputs(obs, tokens, flow, rest))["action"]
             want = lerobot.step(obs, flow, left, delay)
             assert error(got, want, scale) < tolerance, (steps, delay)
@@ -271,8 +286,7 @@ def test_the_program_matches_lerobots_rtc_chunk(
                 assert error_of(want[:n], left[:n], scale) < error_of(plain[:n], left[:n], scale) / 2
         # no prefix: zero weights, plain sampling (LeRobot with no leftover)
         obs, flow = observation(9), noise(9)
-        zero = (np.zeros((CHUNK, JOINTS), np.float32), no_prefix_weights(CHUNK), np.array([GUIDANCE], np.float32))
-        got = loaded.run_validated(program_inputs(obs, tokens, flow, zero))["action"]
+        got = loaded.run_validated(program_inputs(obs, tokens, flow, no_prefix()))["action"]
         assert error(got, lerobot.step(obs, flow), scale) < tolerance
     finally:
         loaded.close()
