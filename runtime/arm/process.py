@@ -277,7 +277,7 @@ def run(fd: int) -> int:
         arm_cfg = from_mapping(ArmConfig, init["arm"], "arm")
         manifest = parse_manifest(init["manifest"], "the daemon's manifest")
     except Exception as e:  # the daemon checked them first: an arm process of another version, said as such
-        link.send({"t": "failed", "error": f"the arm process cannot take the daemon's configuration: {e}"})
+        link.send_last({"t": "failed", "error": f"the arm process cannot take the daemon's configuration: {e}"})
         link.close()
         return 1
     cpu = init.get("cpu")
@@ -317,7 +317,7 @@ def run(fd: int) -> int:
             on_wait=lambda text: link.send({"t": "waiting", "text": text}),
         )
     except (InterruptedError, Exception) as e:  # the daemon reports it and exits; nothing moved
-        link.send({"t": "failed", "error": f"{type(e).__name__}: {e}" if not str(e) else str(e)})
+        link.send_last({"t": "failed", "error": f"{type(e).__name__}: {e}" if not str(e) else str(e)})
         link.close()
         return 1
     bus = monitor.bus
@@ -329,7 +329,7 @@ def run(fd: int) -> int:
         try:
             loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=teleop, hooks=side)
         except Exception as e:  # a policy for another arm: the daemon reports it and exits; nothing moved
-            link.send({"t": "failed", "error": str(e)})
+            link.send_last({"t": "failed", "error": str(e)})
             return 1
         if init.get("record"):
             loop.episodes = side.episode  # type: ignore[assignment]
@@ -359,7 +359,7 @@ def run(fd: int) -> int:
         if loop is not None and loop.alive:
             loop.shutdown()
         ok = monitor.close()
-        link.send({"t": "bye", "ok": ok and (loop.shutdown_ok if loop is not None else True)})
+        link.send_last({"t": "bye", "ok": ok and (loop.shutdown_ok if loop is not None else True)})
         link.close()
 
 

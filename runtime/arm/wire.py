@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import select
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,14 +66,36 @@ class Link:
 
     def send(self, message: dict[str, Any]) -> bool:
         """Send one message; False when it was dropped (buffer full) or the link is closed."""
+        sent = self._send(msgpack.packb(message, use_bin_type=True))
+        if sent is None:
+            self.dropped += 1
+        return bool(sent)
+
+    def send_last(self, message: dict[str, Any], timeout_s: float = 2.0) -> bool:
+        """Send a process's last word (its goodbye, why it could not start), waiting up to ``timeout_s``
+        for room rather than dropping it as a tick's message is: nothing comes after it to wait for, and
+        the peer reads what it says (whether the arm was let go with its torque off). False, counted as
+        one drop, when the peer read nothing in that time; False at once when the link is closed."""
+        data = msgpack.packb(message, use_bin_type=True)
+        deadline = time.monotonic() + timeout_s
+        while (sent := self._send(data)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.dropped += 1
+                return False
+            # writable once the peer has read: a datagram socket's queue is a number of messages
+            # (net.unix.max_dgram_qlen, 10 by default), not only bytes
+            select.select([], [self.sock], [], min(left, 0.05))
+        return sent
+
+    def _send(self, data: bytes) -> bool | None:
+        """True when sent, None when there was no room, False when the link is closed."""
         if self.closed:
             return False
-        data = msgpack.packb(message, use_bin_type=True)
         try:
             self.sock.send(data)
         except BlockingIOError:
-            self.dropped += 1
-            return False
+            return None
         except OSError as e:
             if e.errno in (errno.EPIPE, errno.ECONNRESET, errno.EBADF, errno.ENOTCONN):
                 self.closed = True
@@ -99,7 +123,16 @@ class Link:
                 yield message
 
     def close(self) -> None:
+        """Close this end, dropping first what the peer sent and this end never read: a Unix socket
+        closed with unread messages resets its peer, whose next receive then fails at once and loses
+        what this end said last (the arm's goodbye, with whether its torque is off)."""
         self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RD)  # from here the peer's sends fail rather than queue
+            self.sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while self.sock.recv(MAX_MESSAGE):
+                    pass
         with contextlib.suppress(OSError):
             self.sock.close()
 

@@ -11,6 +11,7 @@ scheduling of its threads. ``tests/arm/test_faults.py`` runs the real process un
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import threading
@@ -24,7 +25,7 @@ import pytest
 
 from drivers.config import ArmConfig
 from runtime.arm import process
-from runtime.arm.wire import Link, LinkClosed
+from runtime.arm.wire import Link, LinkClosed, unpack_array
 from runtime.control.config import ControlConfig
 from runtime.teleop.config import TeleopConfig
 from tests.control.small_arm import manifest as small_manifest
@@ -42,7 +43,7 @@ class Changes:
     """What ``run`` asked of the process, recorded rather than done."""
 
     handlers: dict[int, Any] = field(default_factory=dict)
-    affinity: list[tuple[int, set[int]]] = field(default_factory=list)
+    affinity: list[tuple[str, set[int]]] = field(default_factory=list)  # (thread, CPUs) of each pin
     normal: int = 0
     taken_over: int = 0
     realtime: list[int] = field(default_factory=list)
@@ -54,7 +55,8 @@ def changes(monkeypatch: pytest.MonkeyPatch) -> Changes:
     monkeypatch.setattr(process.signal, "signal", lambda sig, handler: c.handlers.__setitem__(sig, handler))
 
     def setaffinity(pid: int, cpus: Any) -> None:
-        c.affinity.append((pid, set(cpus)))
+        assert pid == 0  # the calling thread's own
+        c.affinity.append((threading.current_thread().name, set(cpus)))
 
     monkeypatch.setattr(os, "sched_setaffinity", setaffinity)
 
@@ -134,13 +136,15 @@ class Daemon:
                             self.watch(self, m)
                         except Exception as e:  # a handler that failed: the test reads it
                             self.errors.append(e)
-                    if m.get("t") in ("bye", "failed"):
+                    if m.get("t") == "bye":
                         return
             except LinkClosed:
                 return
             if self.then is not None and any(m.get("t") == "ready" for m in self.heard):
                 self.link.send({"t": "gate", "blocked": None})  # the daemon is alive: no silence
-            time.sleep(0.02)
+            # read as soon as a message comes, as the daemon's link thread does: the arm process's
+            # datagrams queue only so deep before they are dropped
+            select.select([self.link.sock], [], [], 0.02)
 
     def join(self) -> None:
         self._thread.join(WAIT_S)
@@ -160,7 +164,7 @@ def _run(
 ) -> tuple[int, Daemon]:
     arm_end, daemon_end = ends
     daemon = Daemon(daemon_end, then, watch).start(message)
-    code = process.run(os.dup(arm_end.fileno()))
+    code = process.run(arm_end.detach())  # the arm process owns its end
     daemon.join()
     return code, daemon
 
@@ -215,7 +219,9 @@ def test_it_keeps_to_its_cpu_and_sits_just_below_the_loops_priority(
 ) -> None:
     code, _ = _run(ends, init(cpu=1, rt_priority=2), _shutdown)
     assert code == 0
-    assert changes.affinity[0] == (0, {1})
+    # the process on its CPU first, then the loop's thread pins itself there too
+    assert changes.affinity[0] == ("MainThread", {1})
+    assert [cpus for name, cpus in changes.affinity[1:] if name != "MainThread"] == [{1}]
     assert changes.realtime[-1] == 1  # the loop's thread asked for 2 (recorded too); this one for 1
 
 
@@ -238,9 +244,11 @@ def test_an_arm_that_cannot_be_opened_is_told_to_the_daemon_and_nothing_starts(
     ends: tuple[socket.socket, socket.socket], changes: Changes, tmp_path: Path
 ) -> None:
     port = str(tmp_path / "ttyNONE")
-    code, daemon = _run(ends, init(ArmConfig(kind="feetech", port=port, calibration=CALIBRATION)))
+    message = init(ArmConfig(kind="feetech", port=port, calibration=CALIBRATION))
+    del message["arm_wait_s"]  # not said: not waited for
+    code, daemon = _run(ends, message)
     assert code == 1
-    assert daemon.kinds() == ["failed"]
+    assert daemon.kinds() == ["failed"]  # and nothing after it: the link is closed
     assert port in daemon.first("failed")["error"]
     assert changes.taken_over == 0
 
@@ -295,6 +303,7 @@ def test_a_policy_for_another_arm_is_told_to_the_daemon_and_nothing_moves(
     assert "ready" not in kinds and "failed" in kinds
     assert "a" in daemon.first("failed")["error"]
     assert changes.taken_over == 0
+    assert daemon.first("bye") == {"t": "bye", "ok": True}  # the arm let go as it was found
 
 
 @pytest.mark.parametrize(
@@ -329,3 +338,49 @@ def test_its_usage_names_the_module_and_the_link(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m runtime.arm [-h] --fd FD\n\nthe arm's own process\n")
     assert "--fd FD     the link socket inherited from the daemon" in out
+
+
+def test_a_failure_without_words_is_named_by_its_kind(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.arm_monitor import ArmMonitor
+
+    def silent(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise OSError()
+
+    monkeypatch.setattr(ArmMonitor, "open_waiting", silent)
+    code, daemon = _run(ends, init())
+    assert code == 1 and daemon.first("failed")["error"] == "OSError: "
+
+
+def test_a_start_from_the_daemon_asks_it_for_a_chunk_over_the_link(
+    ends: tuple[socket.socket, socket.socket], changes: Changes
+) -> None:
+    def start(daemon: Daemon) -> None:
+        daemon.link.send({"t": "cmd", "word": "start", "who": "test"})
+
+    def watch(daemon: Daemon, m: dict[str, Any]) -> None:
+        if m.get("t") == "ask":
+            _shutdown(daemon)
+
+    code, daemon = _run(ends, init(), start, watch)
+    assert code == 0
+    ask = daemon.first("ask")
+    assert ask["id"] == 1 and ask["reset"] is True
+    assert len(unpack_array(ask["state"])) == len(SO101)
+
+
+def test_an_arm_left_with_its_torque_on_is_said_in_the_last_word(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.arm_monitor import ArmMonitor
+
+    close = ArmMonitor.close
+
+    def torque_left_on(self: ArmMonitor) -> bool:
+        close(self)
+        return False
+
+    monkeypatch.setattr(ArmMonitor, "close", torque_left_on)
+    code, daemon = _run(ends, init(), _shutdown)
+    assert code == 0 and daemon.first("bye") == {"t": "bye", "ok": False}

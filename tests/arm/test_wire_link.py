@@ -134,3 +134,53 @@ def test_a_snapshot_without_a_present_pose_and_with_an_arm_error_crosses_unchang
     finally:
         a.close()
         b.close()
+
+
+def test_an_end_closed_with_messages_it_never_read_still_delivers_what_it_said_last() -> None:
+    # a Unix socket closed with unread messages resets its peer: the goodbye before it would be lost
+    link, other = Link.pair()
+    peer = Link(other)
+    try:
+        for k in range(3):
+            assert peer.send({"t": "gate", "k": k})  # never read by ``link``
+        assert link.send({"t": "bye", "ok": False})
+        link.close()
+        got = []
+        with pytest.raises(LinkClosed, match="the other end closed the link"):
+            got.extend(peer.receive())
+        assert got == [{"t": "bye", "ok": False}]
+        assert not peer.send({"t": "gate"}) and peer.closed
+    finally:
+        peer.close()
+
+
+def test_a_last_word_waits_for_room_and_is_counted_once_when_none_comes() -> None:
+    import threading
+
+    link, other = Link.pair()
+    peer = Link(other)
+    try:
+        sent = _filled(link)
+        read: list[dict[str, object]] = []
+
+        def read_later() -> None:
+            threading.Event().wait(0.2)
+            read.extend(peer.receive())
+
+        reader = threading.Thread(target=read_later)
+        reader.start()
+        assert link.send_last({"t": "bye", "ok": True}, timeout_s=10.0)
+        reader.join()
+        read.extend(peer.receive())
+        assert len(read) == sent + 1 and read[-1] == {"t": "bye", "ok": True}
+        assert link.dropped == 1  # the one that found the buffer full in _filled
+
+        _filled(link)
+        dropped = link.dropped
+        assert not link.send_last({"t": "bye", "ok": True}, timeout_s=0.1)  # nobody reads
+        assert link.dropped == dropped + 1
+        peer.close()
+        assert not link.send_last({"t": "bye", "ok": True}, timeout_s=10.0)  # closed: no wait
+    finally:
+        link.close()
+        peer.close()
