@@ -457,6 +457,7 @@ def test_episode_columns_missing_and_a_statistic_of_the_wrong_shape_stop_the_row
     edit_table(ds / EPISODES, "stats/action/mean", [[1.0], [1.0]])
     edit_table(ds / EPISODES, f"stats/{FRONT}/count", [[3, 1], [2, 1]])
     edit_table(ds / EPISODES, "stats/index/q01", None)
+    edit_table(ds / EPISODES, "stats/index/q99", None)  # a second one of the same feature: named too
     edit_table(ds / EPISODES, "tasks", None)  # LeRobot does not need it
     edit_table(ds / EPISODES, "recording/drop_rate", None)  # this recorder's own
     assert problems(ds) == [
@@ -464,6 +465,18 @@ def test_episode_columns_missing_and_a_statistic_of_the_wrong_shape_stop_the_row
         f"{EPISODES}: stats/{FRONT}/count: expected shape (1,), found (2,)",
         f"{EPISODES}: stats/action/mean: expected shape (2,), found (1,)",
         f"{EPISODES}: column 'stats/index/q01' missing",
+        f"{EPISODES}: column 'stats/index/q99' missing",
+    ]
+
+
+def test_an_episodes_file_with_a_column_missing_does_not_stop_the_next_ones(copy: Callable[[str], Path]) -> None:
+    rolled = copy("rolled")
+    first, second = "meta/episodes/chunk-000/file-000.parquet", "meta/episodes/chunk-000/file-001.parquet"
+    edit_table(rolled / first, "length", None)
+    edit_table(rolled / second, "dataset_to_index", None)
+    assert problems(rolled) == [
+        f"{first}: column 'length' missing",
+        f"{second}: column 'dataset_to_index' missing",
     ]
 
 
