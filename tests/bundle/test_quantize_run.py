@@ -350,9 +350,15 @@ def test_the_gate_child_runs_each_observation_in_number_order_and_keeps_the_outp
     asked: list[Any] = []
 
     class Request:
+        """Writes each run's outputs into the same buffers, as OpenVINO's infer request does."""
+
+        def __init__(self) -> None:
+            self.outputs = [np.zeros(1), np.zeros(1)]
+
         def infer(self, values: list[np.ndarray]) -> list[np.ndarray]:
             asked.append([v.tolist() for v in values])
-            return [np.zeros(1), values[0] * 10]
+            self.outputs[1][:] = values[0] * 10
+            return self.outputs
 
     class Compiled:
         def create_infer_request(self) -> Request:
@@ -363,7 +369,9 @@ def test_the_gate_child_runs_each_observation_in_number_order_and_keeps_the_outp
         return Compiled(), None
 
     monkeypatch.setattr(engine, "import_blob", import_blob)
-    monkeypatch.setattr(precision, "executed_precision", lambda compiled: "bf16")
+    monkeypatch.setattr(
+        precision, "executed_precision", lambda compiled: "bf16" if isinstance(compiled, Compiled) else "?"
+    )
     program = tmp_path / "p.pte"
     program.write_bytes(programs.build(inline=[b"the blob"]))
     obs = tmp_path / "obs"
@@ -378,3 +386,43 @@ def test_the_gate_child_runs_each_observation_in_number_order_and_keeps_the_outp
         assert sorted(got.files) == ["0", "1", "2", "3", "arithmetic"]
         assert str(got["arithmetic"]) == "bf16"
         assert [got[str(i)].tolist() for i in range(4)] == [[-10.0]] * 4  # output 1: the first input times 10
+
+
+def test_the_gate_child_refuses_an_observation_holding_pickled_objects_and_names_a_broken_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime.engine.openvino_engine as engine
+
+    class Compiled:
+        def create_infer_request(self) -> Any:
+            return type("Request", (), {"infer": lambda self, values: [values[0]]})()
+
+    monkeypatch.setattr(engine, "import_blob", lambda core, payload, device, props: (Compiled(), None))
+    monkeypatch.setattr("runtime.engine.precision.executed_precision", lambda compiled: "f32")
+    program = tmp_path / "p.pte"
+    program.write_bytes(programs.build())
+    obs = tmp_path / "obs"
+    obs.mkdir()
+    np.savez(obs / "0.npz", a=np.array([{"not": "numbers"}], dtype=object))
+    with pytest.raises(ValueError, match="allow_pickle"):
+        quantize._run_blob(str(program), {}, ["a"], 0, str(obs), str(tmp_path / "out.npz"))
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(b"not a program")
+    with pytest.raises(Exception, match=str(broken).replace(".", r"\.")):
+        quantize._run_blob(str(broken), {}, ["a"], 0, str(obs), str(tmp_path / "out.npz"))
+
+
+def test_the_calibration_frames_asked_reach_the_dataset_reader(
+    source: Path, tmp_path: Path, stand_ins: tuple[Quantizer, Gate], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[int] = []
+    read = quantize.load_observations
+
+    def reading(calibration: Any, manifest: Any, max_frames: int = -1) -> Any:
+        asked.append(max_frames)
+        return read(calibration, manifest, max_frames=max_frames)
+
+    monkeypatch.setattr(quantize, "load_observations", reading)
+    quantize.quantize_bundle(source, _observations(tmp_path / "r", 4), tmp_path / "int8", calibration_frames=123)
+    quantize.quantize_bundle(source, _observations(tmp_path / "r", 4), tmp_path / "int8b")
+    assert asked == [123, quantize.DEFAULT_DATASET_FRAMES]
