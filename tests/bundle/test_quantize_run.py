@@ -123,6 +123,7 @@ def test_an_int8_bundle_is_written_from_the_float_one_with_its_gate_and_where_it
     assert held[2] is not None and np.array_equal(held[2]["observation.state"], case.inputs["observation.state"])
     assert (scale, scale_source, bound) == (case.scale["action"], case.scale_source, 0.5)
     assert lowering.calls[-1]["device"] == "CPU"
+    assert "torch.float32" in lowering.dtypes[-1]  # the quantised module's graph, not nothing
 
     m = bundle.manifest
     assert set(m.programs) == {"CPU"}
@@ -426,3 +427,44 @@ def test_the_calibration_frames_asked_reach_the_dataset_reader(
     quantize.quantize_bundle(source, _observations(tmp_path / "r", 4), tmp_path / "int8", calibration_frames=123)
     quantize.quantize_bundle(source, _observations(tmp_path / "r", 4), tmp_path / "int8b")
     assert asked == [123, quantize.DEFAULT_DATASET_FRAMES]
+
+
+def test_a_language_policys_tokenizer_goes_along_and_the_int8_bundle_says_when_and_with_what_it_was_made(
+    tmp_path: Path, lowering: Lowering, stand_ins: tuple[Quantizer, Gate], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as dt
+    import types
+
+    tokenizer = json.dumps({"model": {"type": "WordLevel"}})
+    export_bundle(
+        "tests.bundle.test_export_rules:make_tasked_policy",
+        tmp_path / "f32",
+        input_roles={"tokens": "language", "mask": "language"},
+        language={"definition": tokenizer, "tokens_input": "tokens", "mask_input": "mask", "max_length": 4},
+    )
+    calib = tmp_path / "r"
+    calib.mkdir()
+    for k in range(4):
+        np.savez(
+            calib / f"{k}.npz",
+            **{
+                "observation.state": np.full(6, k, np.float32),
+                "tokens": np.array([5, 9, 0, 0]),
+                "mask": np.ones(4, bool),
+            },
+        )
+    made_at = dt.datetime(2031, 2, 3, 4, 5, 6, 789, tzinfo=dt.UTC)
+
+    class Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            assert tz is dt.UTC
+            return made_at
+
+    monkeypatch.setattr(quantize, "_dt", types.SimpleNamespace(datetime=Clock, UTC=dt.UTC))
+    monkeypatch.setattr(export, "tool_versions", lambda: {"the": "tools of now"})
+    m = quantize.quantize_bundle(tmp_path / "f32", calib, tmp_path / "int8").manifest
+    assert (tmp_path / "int8" / "tokenizer.json").read_text() == tokenizer
+    assert m.language == Bundle.open(tmp_path / "f32").manifest.language
+    assert m.created_utc == "2031-02-03T04:05:06+00:00"
+    assert m.tools == {"the": "tools of now"}
