@@ -358,7 +358,7 @@ def test_the_gate_child_runs_each_observation_in_number_order_and_keeps_the_outp
 
         def infer(self, values: list[np.ndarray]) -> list[np.ndarray]:
             asked.append([v.tolist() for v in values])
-            self.outputs[1][:] = values[0] * 10
+            self.outputs[1][:] = values[1] * 10
             return self.outputs
 
     class Compiled:
@@ -386,7 +386,8 @@ def test_the_gate_child_runs_each_observation_in_number_order_and_keeps_the_outp
     with np.load(out) as got:
         assert sorted(got.files) == ["0", "1", "2", "3", "arithmetic"]
         assert str(got["arithmetic"]) == "bf16"
-        assert [got[str(i)].tolist() for i in range(4)] == [[-10.0]] * 4  # output 1: the first input times 10
+        # output 1, the second input (a) times 10, each run's own though the request reuses its buffers
+        assert [got[str(i)].tolist() for i in range(4)] == [[0.0], [10.0], [20.0], [100.0]]
 
 
 def test_the_gate_child_refuses_an_observation_holding_pickled_objects_and_names_a_broken_program(
