@@ -814,6 +814,7 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_lerobot.py::test_graph_is_lerobots_pipeline",
             "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_sampling_with_history",
             "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_planner",
+            "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_policy_without_planning_or_with_repeats",
             "tests/engine/test_lerobot_vqbet.py::test_graph_is_lerobots_model",
         ),
         (

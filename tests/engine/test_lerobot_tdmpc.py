@@ -55,15 +55,15 @@ def lerobot_chunk(loaded: Any, obs: dict[str, np.ndarray], noise: dict[str, np.n
 
     policy = loaded.policy
     n = {k: torch.from_numpy(v) for k, v in noise.items()}
-    randn = [n["noise.pi"][t].unsqueeze(1) for t in range(HORIZON)]
-    for i in range(2):
+    randn = [n["noise.pi"][t].unsqueeze(1) for t in range(HORIZON)] if n else []  # no noise: no planning
+    for i in range(2 if n else 0):
         randn += [n["noise.cem"][i].unsqueeze(2), n["noise.terminal"][i].unsqueeze(1)]
     policy.reset()
     batch = dict(loaded.preprocessor(prepare_observation_for_inference(dict(obs), torch.device("cpu"))))
     batch.pop("action", None)
     batch["observation.image"] = batch[next(iter(policy.config.image_features))]  # as select_action does
     policy._queues = populate_queues(policy._queues, batch)
-    with torch.no_grad(), replayed_draws(randn, list(n["noise.ensemble"]), [n["noise.elite"]]):
+    with torch.no_grad(), replayed_draws(randn, list(n.get("noise.ensemble", [])), [n["noise.elite"]] if n else []):
         chunk = policy.predict_action_chunk(batch)  # (horizon, batch, action_dim), as select_action queues it
     return np.asarray(loaded.postprocessor(chunk.transpose(0, 1))[0, :STEPS].numpy())
 
@@ -129,6 +129,44 @@ def test_graph_is_lerobots_planner(tdmpc_checkpoint: Path, lerobot: Any) -> None
     example["noise.cem"] = torch.randn(*NOISE_SHAPES["noise.cem"], generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         assert np.abs(graph(*example.values()).numpy() - got).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"use_mpc": False, "n_action_steps": 1}, {"n_action_repeats": 3, "n_action_steps": 1}],
+    ids=["the policy's own action", "the plan's first action repeated"],
+)
+def test_graph_is_lerobots_policy_without_planning_or_with_repeats(
+    tdmpc_checkpoint: Path, tmp_path: Path, changes: dict[str, Any]
+) -> None:
+    """The other two ways TD-MPC acts: the policy network alone (no MPC), and one planned action held for
+    several ticks; eager, against LeRobot with the same draws."""
+    import json
+    import shutil
+
+    import torch
+
+    from runtime.bundle.lerobot import lerobot_export_plan, load_checkpoint, read_checkpoint
+
+    checkpoint = tmp_path / "tdmpc"
+    shutil.copytree(tdmpc_checkpoint, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, **changes}))
+    factory, kwargs = lerobot_export_plan(checkpoint)
+    graph, example = factory()
+    with torch.no_grad():
+        got = graph(*example.values()).numpy()
+    loaded = load_checkpoint(read_checkpoint(checkpoint))
+    obs = {k: example[k].numpy() for k in (IMAGE, STATE)}
+    noise = {k: example[k].numpy() for k in example if k.startswith("noise.")}
+    first = lerobot_chunk(loaded, obs, noise)[:1]
+    if changes.get("use_mpc", True):
+        want = np.repeat(first, 3, axis=0)  # held for three ticks
+    else:
+        assert noise == {}  # nothing is drawn
+        want = first
+    assert got.shape == want.shape
+    assert (np.abs(got - want) / np.asarray(kwargs["action_scale"])).max() < 1e-6
 
 
 @pytest.mark.parametrize("engine_name", ["openvino", "executorch"])
