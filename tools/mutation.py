@@ -813,9 +813,11 @@ SCOPES: dict[str, Scope] = {
         (
             "tests/engine/test_lerobot.py::test_graph_is_lerobots_pipeline",
             "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_sampling_with_history",
+            "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_with_two_cameras",
             "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_planner",
             "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_policy_without_planning_or_with_repeats",
             "tests/engine/test_lerobot_vqbet.py::test_graph_is_lerobots_model",
+            "tests/engine/test_lerobot_vqbet.py::test_graph_is_lerobots_model_looking_at_one_frame",
         ),
         (
             "runtime.bundle.lerobot.loader.x_policy_class*",

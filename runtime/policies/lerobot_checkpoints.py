@@ -84,7 +84,7 @@ def _tdmpc(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Si
     return policy
 
 
-def _vqbet(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Size) -> Any:
+def _vqbet(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Size, n_obs_steps: int | None) -> Any:
     from lerobot.policies.vqbet.configuration_vqbet import VQBeTConfig
     from lerobot.policies.vqbet.modeling_vqbet import VQBeTPolicy
 
@@ -108,6 +108,8 @@ def _vqbet(torch: Any, inputs: dict[str, Any], outputs: dict[str, Any], size: Si
         if size == "tiny"
         else {"crop_shape": (420, 560)}  # LeRobot's defaults otherwise: 5 frames, GPT 8x512, 16 codes
     )
+    if n_obs_steps is not None:
+        shape["n_obs_steps"] = n_obs_steps
     cfg = VQBeTConfig(
         input_features=inputs, output_features=outputs, pretrained_backbone_weights=None, device="cpu", **shape
     )
@@ -125,11 +127,12 @@ def write_checkpoint(
     image_hw: tuple[int, int] | None = None,
     seed: int = 0,
     cameras: tuple[str, ...] = ("front",),
+    n_obs_steps: int | None = None,
 ) -> Path:
     """Write a checkpoint directory as LeRobot's training does: policy, preprocessor, postprocessor.
 
     ``cameras``: the image features, ``observation.images.<name>`` each (an SO-101 setup records
-    ``front`` and ``wrist``)."""
+    ``front`` and ``wrist``); ``n_obs_steps``: the frames a VQ-BeT looks at (the size's own otherwise)."""
     import_lerobot()
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
@@ -170,7 +173,7 @@ def write_checkpoint(
         policy = _tdmpc(torch, inputs, outputs, size)
         cfg = policy.config
     elif policy_type == "vqbet":
-        policy = _vqbet(torch, inputs, outputs, size)
+        policy = _vqbet(torch, inputs, outputs, size, n_obs_steps)
         cfg = policy.config
     else:
         from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig

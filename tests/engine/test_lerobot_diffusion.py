@@ -150,6 +150,27 @@ def test_graph_matches_lerobot_sampling_with_history(diffusion_checkpoint: Path,
         assert np.abs(graph(*example.values()).numpy() - got).max() > 1e-3
 
 
+def test_graph_matches_lerobot_with_two_cameras(tmp_path: Path) -> None:
+    """The cameras stacked as LeRobot stacks them (their order matters once there are two): eager."""
+    import torch
+
+    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.policies.lerobot_checkpoints import write_checkpoint
+
+    checkpoint = write_checkpoint(tmp_path / "diffusion", "diffusion", "tiny", cameras=("front", "wrist"))
+    factory, kwargs = lerobot_export_plan(checkpoint)
+    graph, example = factory()
+    with torch.no_grad():
+        got = graph(*example.values()).numpy()
+    pipeline = LeRobotPipeline(checkpoint)
+    pipeline.new_episode()
+    inputs = [k for k in example if k != NOISE]
+    assert len(inputs) == 3
+    for t in range(2):
+        want = pipeline.step({k: example[k][t].numpy() for k in inputs}, example[NOISE].numpy())
+    assert normalised_error(got, want, np.asarray(kwargs["action_scale"])) < 1e-5
+
+
 def test_manifest_records_history_and_noise(diffusion_bundle: Path) -> None:
     from runtime.bundle.bundle import Bundle
 

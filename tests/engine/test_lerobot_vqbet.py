@@ -147,6 +147,26 @@ def test_graph_is_lerobots_model(vqbet_checkpoint: Path, lerobot: LeRobotPipelin
         assert np.abs(graph(*example.values()).numpy() - got).max() > 1e-3
 
 
+def test_graph_is_lerobots_model_looking_at_one_frame(tmp_path: Path) -> None:
+    """A VQ-BeT that looks at one frame: its inputs have no frame axis, LeRobot's queues add one. Eager,
+    against LeRobot with the same code draws."""
+    import torch
+
+    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.policies.lerobot_checkpoints import write_checkpoint
+
+    checkpoint = write_checkpoint(tmp_path / "vqbet", "vqbet", "tiny", n_obs_steps=1)
+    factory, kwargs = lerobot_export_plan(checkpoint)
+    graph, example = factory()
+    assert tuple(example[STATE].shape) == (6,)  # no frame axis
+    with torch.no_grad():
+        got = graph(*example.values()).numpy()
+    pipeline = LeRobotPipeline(checkpoint)
+    pipeline.new_episode()
+    want = pipeline.step({k: example[k].numpy() for k in (IMAGE, STATE)}, example[NOISE].numpy())
+    assert normalised_error(got, want, np.asarray(kwargs["action_scale"])) < 1e-6
+
+
 @pytest.mark.parametrize("engine_name", ["openvino", "executorch"])
 def test_exported_program_matches_lerobot_over_an_episode(
     vqbet_bundle: Path, lerobot: LeRobotPipeline, scale: np.ndarray, engine_name: str
