@@ -818,6 +818,11 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_policy_without_planning_or_with_repeats",
             "tests/engine/test_lerobot_vqbet.py::test_graph_is_lerobots_model",
             "tests/engine/test_lerobot_vqbet.py::test_graph_is_lerobots_model_looking_at_one_frame",
+            # loading a SmolVLA: its VLM found locally, its RTC settings
+            "tests/engine/test_lerobot_smolvla.py::test_graph_is_lerobots_pipeline_with_tasks_and_noise",
+            "tests/engine/test_lerobot_smolvla.py::test_export_refuses_a_vlm_it_cannot_find_offline",
+            "tests/engine/test_lerobot_smolvla_rtc.py::test_the_graph_is_lerobots_rtc_path",
+            "tests/engine/test_lerobot_smolvla_rtc.py::test_export_rtc_flag_enables_it_on_a_checkpoint_without",
         ),
         (
             "runtime.bundle.lerobot.loader.x_policy_class*",
