@@ -42,6 +42,9 @@ from drivers.registers import Register, RegisterTable
 
 log = logging.getLogger(__name__)
 
+DRAIN_READS = 8  # at most this many reads of DRAIN_BYTES, each ending at the port's timeout when quiet
+DRAIN_BYTES = 4096
+
 CalibrationPolicy = Literal["check", "write", "ignore"]
 
 
@@ -183,9 +186,7 @@ class SerialServoBus:
         self._open_port()
         self._connected = True
         try:
-            missing = [
-                f"{n} (id {self._cal[n].id})" for n in self._names if self.ping(self._cal[n].id) is None
-            ]
+            missing = [f"{n} (id {self._cal[n].id})" for n in self._names if self.ping(self._cal[n].id) is None]
             if missing:
                 raise BusError(
                     f"no reply on {self.port} from {', '.join(missing)}; check power, wiring, "
@@ -198,9 +199,7 @@ class SerialServoBus:
             self._close_port()
             self._connected = False
             raise
-        log.info(
-            "connected %s on %s: %s", type(self).__name__, self.port, ", ".join(self._names) or "no joints"
-        )
+        log.info("connected %s on %s: %s", type(self).__name__, self.port, ", ".join(self._names) or "no joints")
 
     def disconnect(self) -> None:
         """Disable torque (unless configured not to) and close the port; always closes, in a finally.
@@ -315,6 +314,17 @@ class SerialServoBus:
             raise self._port_gone(e) from e
         return data
 
+    def _drain(self) -> None:
+        """Read until the line is quiet (bounded): a reply from the wrong servo is a late reply to an
+        earlier exchange, and more of it may still be on its way, after the flush the next send does."""
+        port = self._ensure_port()
+        try:
+            for _ in range(DRAIN_READS):
+                if not port.read(DRAIN_BYTES):
+                    return
+        except PORT_ERRORS as e:
+            raise self._port_gone(e) from e
+
     def _receive(self, ids: Sequence[int], n_params: int) -> list[Status]:
         codec = self.codec
         unit = codec.status_size(n_params)
@@ -371,9 +381,7 @@ class SerialServoBus:
         name = self._joint_name(culprit)
         who = f"joint {name!r} (id {culprit})" if name else f"id {culprit}"
         if offset == len(buf) or (len(buf) - offset) % unit == 0:
-            raise ReplyTimeoutError(
-                f"no reply from {who} within {self.timeout_s * 1000:.0f} ms", servo_id=culprit
-            )
+            raise ReplyTimeoutError(f"no reply from {who} within {self.timeout_s * 1000:.0f} ms", servo_id=culprit)
         raise GarbledPacketError(
             f"short or garbled reply from {who}: {len(buf)} bytes arrived in all", servo_id=culprit
         )
@@ -401,9 +409,9 @@ class SerialServoBus:
             except TransportError as e:
                 last = e
                 if attempt < attempts:
-                    log.warning(
-                        "%s on %s: %s (attempt %d/%d), retrying", what, self.port, e, attempt, attempts
-                    )
+                    log.warning("%s on %s: %s (attempt %d/%d), retrying", what, self.port, e, attempt, attempts)
+                    if isinstance(e, GarbledPacketError):
+                        self._drain()
                 continue
             if check_faults:
                 self._check_faults(statuses)
@@ -607,16 +615,12 @@ class SerialServoBus:
 
     def _goals_to_raw(self, goals: Mapping[str, float]) -> dict[str, int]:
         if not isinstance(goals, Mapping):
-            raise GoalTypeError(
-                f"goals must be a mapping of joint name to number, got {type(goals).__name__}"
-            )
+            raise GoalTypeError(f"goals must be a mapping of joint name to number, got {type(goals).__name__}")
         raw = dict(self._goals_raw)
         for name, value in goals.items():
             cal = self._calib(name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise GoalTypeError(
-                    f"goal for joint {name!r} must be a number, got {type(value).__name__} {value!r}"
-                )
+                raise GoalTypeError(f"goal for joint {name!r} must be a number, got {type(value).__name__} {value!r}")
             if not math.isfinite(value):
                 raise GoalValueError(f"goal for joint {name!r} must be finite, got {value!r}")
             ticks, clamped = cal.to_raw(float(value))

@@ -217,3 +217,50 @@ def test_garbled_reply_from_wrong_id_is_a_transport_error() -> None:
     with pytest.raises(GarbledPacketError, match="expected a reply from id 1, got one from id 2") as info:
         bus._transact(bus.codec.ping(1), (1,), 0, what="ping")
     assert bus.last_attempts == 2 and info.value.servo_id == 1
+
+
+def test_a_late_reply_from_another_servo_is_drained_before_the_retry() -> None:
+    """A reply from the wrong servo is a late reply to an earlier exchange; more of it may arrive after
+    the flush before the next send. The bus reads until the line is quiet, so the retry gets its own."""
+    from drivers.feetech.bus import FeetechBus
+
+    codec = FeetechBus("fake", Calibration({})).codec
+
+    def encode_status(servo_id: int, error: int, params: bytes) -> bytes:
+        return codec.status(servo_id, error, params)
+
+    good, late = encode_status(1, 0, b""), encode_status(3, 0, b"")
+
+    class LatePort:
+        timeout: float | None = 0.01
+
+        def __init__(self) -> None:
+            self.buf, self.in_flight, self.writes, self.reads = b"", b"", 0, 0
+
+        def read(self, size: int = 1) -> bytes:
+            self.reads += 1
+            if self.reads >= 2:  # the rest of the earlier exchange's replies arrives now, before anything newer
+                self.buf, self.in_flight = self.in_flight + self.buf, b""
+            out, self.buf = self.buf[:size], self.buf[size:]
+            return out
+
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            # the first exchange meets an earlier exchange's replies: one here, one still on the wire
+            if self.writes == 1:
+                self.buf, self.in_flight = encode_status(2, 0, b""), late
+            else:
+                self.buf = good
+            return len(data)
+
+        def reset_input_buffer(self) -> None:
+            self.buf = b""  # what is still in flight is not here yet
+
+        def close(self) -> None:
+            pass
+
+    port = LatePort()
+    bus = FeetechBus("fake", Calibration({}), retries=1, opener=lambda *_: port)
+    bus.connect()
+    (status,) = bus._transact(bus.codec.ping(1), (1,), 0, what="ping")
+    assert status.servo_id == 1 and bus.last_attempts == 2 and port.writes == 2
