@@ -384,3 +384,20 @@ def test_an_arm_left_with_its_torque_on_is_said_in_the_last_word(
     monkeypatch.setattr(ArmMonitor, "close", torque_left_on)
     code, daemon = _run(ends, init(), _shutdown)
     assert code == 0 and daemon.first("bye") == {"t": "bye", "ok": False}
+
+
+def test_a_loop_that_did_not_shut_down_cleanly_is_said_in_the_last_word(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.control.loop import ControlLoop
+
+    shutdown = ControlLoop.shutdown
+
+    def unclean(self: ControlLoop, *args: Any, **kwargs: Any) -> Any:
+        result = shutdown(self, *args, **kwargs)
+        self.shutdown_ok = False  # its last writes did not all go out
+        return result
+
+    monkeypatch.setattr(ControlLoop, "shutdown", unclean)
+    _, daemon = _run(ends, init(), _shutdown)
+    assert daemon.first("bye") == {"t": "bye", "ok": False}
