@@ -169,10 +169,10 @@ def test_a_last_word_waits_for_room_and_is_counted_once_when_none_comes() -> Non
 
         reader = threading.Thread(target=read_later)
         reader.start()
-        assert link.send_last({"t": "bye", "ok": True}, timeout_s=10.0)
+        assert link.send_last({"t": "bye", "ok": True, "why": b"\x00bytes"}, timeout_s=0.9)  # read after 0.2 s
         reader.join()
         read.extend(peer.receive())
-        assert len(read) == sent + 1 and read[-1] == {"t": "bye", "ok": True}
+        assert len(read) == sent + 1 and read[-1] == {"t": "bye", "ok": True, "why": b"\x00bytes"}
         assert link.dropped == 1  # the one that found the buffer full in _filled
 
         _filled(link)
