@@ -100,11 +100,20 @@ def test_a_dataset_whose_first_episode_was_cut_short_starts_afresh(tmp_path: Pat
     assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (1, 2, 1)
 
 
-def test_the_uncounted_episodes_video_frames_are_cut_from_its_camera_file(tmp_path: Path) -> None:
+def test_the_uncounted_episodes_video_frames_are_cut_from_its_camera_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root = tmp_path / "d"
     crash_in_episode(root, CAMERA, [3, 2], 4)
     assert len(frame_times(root / VIDEO)) == 9
-    w = DatasetWriter(root, CAMERA, video=X264)
+    with caplog.at_level(logging.WARNING, logger="runtime.recording.writer"):
+        w = DatasetWriter(root, CAMERA, video=X264)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"{root}: dropped what a run that stopped while finishing episode 2 left without counting it: "
+        "episodes [2] from meta/episodes/chunk-000/file-000.parquet; 4 rows from data/chunk-000/file-000.parquet; "
+        f"4 video frames from {VIDEO}; tasks ['place']; statistics of [9] frames, combined again from the counted "
+        "episodes"
+    ]
     assert len(frame_times(root / VIDEO)) == 5  # the counted episodes' frames only
     record(w, "pick", 3, level=120)
     w.close()
@@ -175,4 +184,26 @@ def test_a_dataset_emptied_by_a_crash_has_no_statistics_left(tmp_path: Path) -> 
     assert not (root / layout.STATS_PATH).exists() and not (root / layout.TASKS_PATH).exists()
     assert not (root / VIDEO).exists()
     assert not list((root / "data").rglob("*.parquet")) and not list((root / layout.EPISODES_DIR).rglob("*.parquet"))
+    assert check_dataset(root).problems == []
+
+
+def test_an_uncounted_episode_of_one_frame_is_dropped(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    crash_in_episode(root, JOINTS, [3], 1)  # its one row has index 3, total_frames 3
+    w = DatasetWriter(root, JOINTS)
+    record(w, "pick", 2)
+    w.close()
+    assert check_dataset(root).problems == []
+    assert stats(root)["observation.state"]["count"] == [5]
+
+
+def test_camera_files_of_counted_episodes_before_the_last_one_are_kept(tmp_path: Path) -> None:
+    # every episode in a camera file of its own (a tiny size limit): only the uncounted one's goes
+    root = tmp_path / "d"
+    crash_in_episode(root, CAMERA, [3, 2], 4, video_file_size_mb=1e-6)
+    videos = root / "videos/observation.images.front/chunk-000"
+    assert sorted(p.name for p in videos.iterdir()) == ["file-000.mp4", "file-001.mp4", "file-002.mp4"]
+    DatasetWriter(root, CAMERA, video=X264, video_file_size_mb=1e-6).close()
+    assert sorted(p.name for p in videos.iterdir()) == ["file-000.mp4", "file-001.mp4"]
+    assert [len(frame_times(videos / f)) for f in ("file-000.mp4", "file-001.mp4")] == [3, 2]
     assert check_dataset(root).problems == []
