@@ -812,6 +812,7 @@ SCOPES: dict[str, Scope] = {
         tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("loader", "act", "diffusion", "tdmpc", "vqbet")),
         (
             "tests/engine/test_lerobot.py::test_graph_is_lerobots_pipeline",
+            "tests/engine/test_lerobot.py::test_a_checkpoint_without_its_normaliser_or_unnormaliser_is_refused",
             "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_sampling_with_history",
             "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_with_two_cameras",
             "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_planner",

@@ -234,3 +234,27 @@ def test_bf16_chunk_matches_lerobot_within_the_bf16_bound(
             assert 2e-5 < err.max() < bound, f"normalised error {err.max():.3g}"
     finally:
         loaded.close()
+
+
+@pytest.mark.parametrize("which", ["policy_preprocessor.json", "policy_postprocessor.json"])
+def test_a_checkpoint_without_its_normaliser_or_unnormaliser_is_refused(
+    act_checkpoint: Path, tmp_path: Path, which: str
+) -> None:
+    """The exporter puts both inside the graph: a checkpoint missing either is refused, naming both files."""
+    import json
+    import shutil
+
+    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.errors import ExportError
+
+    checkpoint = tmp_path / "act"
+    shutil.copytree(act_checkpoint, checkpoint)
+    pipeline = json.loads((checkpoint / which).read_text())
+    pipeline["steps"] = [s for s in pipeline["steps"] if "normalizer" not in str(s.get("registry_name", ""))]
+    (checkpoint / which).write_text(json.dumps(pipeline))
+    with pytest.raises(ExportError) as err:
+        load_checkpoint(read_checkpoint(checkpoint))
+    assert str(err.value) == (
+        f"{checkpoint}: policy_preprocessor.json has no normalizer_processor step or policy_postprocessor.json "
+        "no unnormalizer_processor step; the exporter puts both inside the graph and needs them"
+    )

@@ -133,7 +133,7 @@ def test_graph_is_lerobots_planner(tdmpc_checkpoint: Path, lerobot: Any) -> None
 
 @pytest.mark.parametrize(
     "changes",
-    [{"use_mpc": False, "n_action_steps": 1}, {"n_action_repeats": 3, "n_action_steps": 1}],
+    [{"use_mpc": False, "n_action_steps": 1}, {"n_action_repeats": 2, "n_action_steps": 1}],
     ids=["the policy's own action", "the plan's first action repeated"],
 )
 def test_graph_is_lerobots_policy_without_planning_or_with_repeats(
@@ -161,7 +161,7 @@ def test_graph_is_lerobots_policy_without_planning_or_with_repeats(
     noise = {k: example[k].numpy() for k in example if k.startswith("noise.")}
     first = lerobot_chunk(loaded, obs, noise)[:1]
     if changes.get("use_mpc", True):
-        want = np.repeat(first, 3, axis=0)  # held for three ticks
+        want = np.repeat(first, 2, axis=0)  # held for two ticks
     else:
         assert noise == {}  # nothing is drawn
         want = first
