@@ -258,3 +258,15 @@ def test_a_checkpoint_without_its_normaliser_or_unnormaliser_is_refused(
         f"{checkpoint}: policy_preprocessor.json has no normalizer_processor step or policy_postprocessor.json "
         "no unnormalizer_processor step; the exporter puts both inside the graph and needs them"
     )
+
+
+def test_loading_a_checkpoint_keeps_lerobots_words_off_stdout(
+    act_checkpoint: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """stdout belongs to a command's result (``export --json``): what LeRobot prints on loading goes to stderr."""
+    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+
+    capfd.readouterr()
+    load_checkpoint(read_checkpoint(act_checkpoint))
+    out, err = capfd.readouterr()
+    assert out == "" and "Loading weights from local directory" in err

@@ -132,6 +132,9 @@ def test_graph_is_lerobots_pipeline_with_tasks_and_noise(smolvla_checkpoint: Pat
     factory, kwargs = lerobot_export_plan(smolvla_checkpoint, vlm_dir=lerobot.vlm)
     graph, example = factory()
     scale = np.asarray(kwargs["action_scale"])
+    # the checkpoint names its VLM by hub id: the tokenizer step is pointed at the local VLM instead
+    names = [getattr(s, "tokenizer_name", None) for s in lerobot.loaded.preprocessor.steps]
+    assert str(Path(lerobot.vlm).resolve()) in names
     chunks = []
     for t, (task, noise) in enumerate(zip(TASKS[:2], noises(3, 2), strict=True)):
         obs = observation(t)
@@ -242,6 +245,22 @@ def test_a_tampered_tokenizer_is_refused_by_name(smolvla_bundle: Path, tmp_path:
         f.write(" ")
     with pytest.raises(BundleError, match=r"tokenizer\.json: sha256 .* language\.tokenizer"):
         Bundle.open(copy).tokenizer_file()
+
+
+def test_a_vlm_directory_transformers_cannot_load_is_named_with_its_reason(
+    smolvla_checkpoint: Path, smolvla_vlm: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.errors import ExportError
+
+    broken = tmp_path / "vlm"
+    broken.mkdir()
+    shutil.copy(smolvla_vlm / "config.json", broken / "config.json")  # its processor and tokenizer missing
+    with pytest.raises(ExportError) as err:
+        load_checkpoint(read_checkpoint(smolvla_checkpoint), vlm_dir=broken)
+    assert str(err.value).startswith(f"{smolvla_checkpoint}: loading the policy failed: ")
 
 
 def test_export_refuses_a_vlm_it_cannot_find_offline(smolvla_checkpoint: Path, tmp_path: Path) -> None:
