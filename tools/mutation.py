@@ -815,6 +815,7 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_lerobot.py::test_a_checkpoint_without_its_normaliser_or_unnormaliser_is_refused",
             "tests/engine/test_lerobot.py::test_loading_a_checkpoint_keeps_lerobots_words_off_stdout",
             "tests/engine/test_lerobot_smolvla.py::test_a_vlm_directory_transformers_cannot_load_is_named_with_its_reason",
+            "tests/engine/test_lerobot_smolvla.py::test_a_checkpoints_tokenizer_named_by_hub_id_is_taken_from_the_local_vlm",
             "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_sampling_with_history",
             "tests/engine/test_lerobot_diffusion.py::test_graph_matches_lerobot_with_two_cameras",
             "tests/engine/test_lerobot_tdmpc.py::test_graph_is_lerobots_planner",

@@ -485,3 +485,29 @@ def test_the_infer_command_sends_the_task(engine: Any, short_tmp: Path, capsys: 
         assert out["task"] == TASKS[0] and np.asarray(out["actions"]).shape == (STEPS, 6)
         assert main(["infer", "--connect", endpoint]) == 2  # a language policy: no task, not sent
         assert server.snapshot().requests.get("infer", 0) == 1
+
+
+def test_a_checkpoints_tokenizer_named_by_hub_id_is_taken_from_the_local_vlm(
+    smolvla_checkpoint: Path, smolvla_vlm: Path, tmp_path: Path
+) -> None:
+    """A trained checkpoint's preprocessor names its tokenizer by hub id; export runs offline, so the
+    tokenizer step is pointed at the local VLM."""
+    import json
+    import shutil
+
+    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from tests.engine.conftest import SMOLVLA_HUB_VLM
+
+    checkpoint = tmp_path / "smolvla"
+    shutil.copytree(smolvla_checkpoint, checkpoint)
+    pre = json.loads((checkpoint / "policy_preprocessor.json").read_text())
+    named = 0
+    for step in pre["steps"]:
+        if "tokenizer_name" in step.get("config", {}):
+            step["config"]["tokenizer_name"] = SMOLVLA_HUB_VLM
+            named += 1
+    assert named == 1
+    (checkpoint / "policy_preprocessor.json").write_text(json.dumps(pre))
+    loaded = load_checkpoint(read_checkpoint(checkpoint), vlm_dir=smolvla_vlm)
+    names = [getattr(s, "tokenizer_name", None) for s in loaded.preprocessor.steps]
+    assert str(smolvla_vlm.resolve()) in names and SMOLVLA_HUB_VLM not in names
