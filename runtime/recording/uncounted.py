@@ -45,14 +45,14 @@ def drop_uncounted(root: Path, info: Mapping[str, Any], image_keys: tuple[str, .
     data_from = (last["data/chunk_index"], last["data/file_index"]) if last else None
     stale_rows = False
     for path in _files_from(root / layout.DATA_DIR, "*/*.parquet", data_from):
-        table = pa.parquet.read_table(path)
-        index = table.column("index").to_numpy()
+        # the index column alone, on every start: the whole file (up to 100 MB) only when it must be cut
+        index = pa.parquet.read_table(path, columns=["index"]).column("index").to_numpy()
         if (index < frames).all():
             continue
         stale_rows = True
         dropped.append(f"{int((index >= frames).sum())} rows from {path.relative_to(root)}")
-        keep_table = table.filter(pa.array(index < frames)) if (index < frames).any() else None
-        _replace_or_remove(path, keep_table)
+        keep = index < frames
+        _replace_or_remove(path, pa.parquet.read_table(path).filter(pa.array(keep)) if keep.any() else None)
 
     # an episode's camera files are appended after its data rows: without uncounted rows there are no
     # uncounted frames either, and the (large) camera files are not read at all
