@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -141,36 +142,44 @@ class EpisodeVideo:
         self.path.unlink(missing_ok=True)
 
 
+def _packets(container: Any) -> Iterator[Any]:
+    """The packets of ``container``'s first video stream, without the demuxer's end-of-stream marker."""
+    return (p for p in container.demux(container.streams.video[0]) if p.dts is not None)
+
+
+@contextmanager
+def _rewritten(path: Path, template: Any) -> Iterator[Callable[[Any], None]]:
+    """``mux(packet)`` writes ``path`` anew in the stream of ``template``'s first video stream, by copying
+    packets; the file is replaced atomically at the end (a crash or an error leaves the old one whole)."""
+    av = _av()
+    tmp = path.with_name(path.name + ".tmp")
+    with av.open(str(tmp), mode="w", format="mp4") as out:
+        in_stream = template.streams.video[0]
+        stream = out.add_stream_from_template(in_stream, opaque=True)
+        stream.time_base = in_stream.time_base
+
+        def mux(packet: Any) -> None:
+            packet.stream = stream
+            out.mux(packet)
+
+        yield mux
+    os.replace(tmp, path)
+
+
 def append_video(dst: Path, src: Path, dst_frames: int, fps: int) -> None:
     """Append ``src`` after the ``dst_frames`` frames of ``dst`` by copying packets (``dst`` is
     replaced atomically, so a crash leaves the previous file whole)."""
     av = _av()
-    tmp = dst.with_name(dst.name + ".tmp")
-    with (
-        av.open(str(dst)) as first,
-        av.open(str(src)) as second,
-        av.open(str(tmp), mode="w", format="mp4") as out,
-    ):
-        in_first = first.streams.video[0]
-        in_second = second.streams.video[0]
-        stream = out.add_stream_from_template(in_first, opaque=True)
-        stream.time_base = in_first.time_base
-        for packet in first.demux(in_first):
-            if packet.dts is None:  # the demuxer's end-of-stream marker
-                continue
-            packet.stream = stream
-            out.mux(packet)
+    with av.open(str(dst)) as first, av.open(str(src)) as second, _rewritten(dst, first) as mux:
+        for packet in _packets(first):
+            mux(packet)
         # the second part starts where the first ends, in the output's time base
         shift = Fraction(dst_frames, fps)
-        for packet in second.demux(in_second):
-            if packet.dts is None:
-                continue
+        for packet in _packets(second):
             offset = round(shift / packet.time_base)
             packet.pts = None if packet.pts is None else packet.pts + offset
             packet.dts = packet.dts + offset
-            packet.stream = stream
-            out.mux(packet)
-    os.replace(tmp, dst)
+            mux(packet)
 
 
 def keep_frames(path: Path, frames: int, fps: int) -> None:
@@ -178,18 +187,11 @@ def keep_frames(path: Path, frames: int, fps: int) -> None:
     packets (replaced atomically). Every episode's packets start with a key frame at its own span and
     come after the earlier ones', so cutting at an episode's start keeps every packet the rest need."""
     av = _av()
-    tmp = path.with_name(path.name + ".tmp")
     cut = Fraction(2 * frames - 1, 2 * fps)  # half a frame before the first one dropped
-    with av.open(str(path)) as src, av.open(str(tmp), mode="w", format="mp4") as out:
-        in_stream = src.streams.video[0]
-        stream = out.add_stream_from_template(in_stream, opaque=True)
-        stream.time_base = in_stream.time_base
-        for packet in src.demux(in_stream):
-            if packet.dts is None or (packet.pts is not None and packet.pts * packet.time_base >= cut):
-                continue
-            packet.stream = stream
-            out.mux(packet)
-    os.replace(tmp, path)
+    with av.open(str(path)) as src, _rewritten(path, src) as mux:
+        for packet in _packets(src):
+            if packet.pts is None or packet.pts * packet.time_base < cut:
+                mux(packet)
 
 
 def frame_times(path: Path) -> list[float]:
