@@ -141,8 +141,9 @@ def run_engine_bench(
     """
     import torch
 
-    from runtime.bundle.export import export_bundle, load_factory
+    from runtime.bundle.export import export_bundle
     from runtime.bundle.quantize import DEFAULT_MAX_ERROR, quantize_bundle
+    from runtime.bundle.trace import load_factory
     from runtime.engine.config import EngineChoice, EngineConfig, PrecisionChoice
     from runtime.engine.loader import LoadReport, load_engine
     from runtime.engine.parity import compare

@@ -1,22 +1,21 @@
-"""Exporting a PyTorch policy into a bundle, and lowering its portable program for another device.
+"""Exporting a PyTorch policy into a bundle: tracing, lowering for a device, and proving the result.
 
 ``FUNC()`` returns ``(torch.nn.Module, dict[str, torch.Tensor])``: the model and named example inputs
 in forward-argument order. The example inputs become the bundle's test case, with the eager PyTorch
-outputs as the reference.
+outputs as the reference. Tracing (runtime.bundle.trace) may run in another Python, the stack that
+built the policy; lowering and the proof (runtime.bundle.prove) run here, where ExecuTorch's OpenVINO
+backend is. ``lower_bundle`` adds a program for another device from a bundle's portable ``.pt2``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
-import importlib.util
 import io
 import logging
 import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -25,78 +24,32 @@ from typing import Any, Literal
 
 import numpy as np
 
-from drivers.calibration import SO101_JOINTS
 from runtime import __version__
+from runtime.bundle import prove
 from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.bundle.lowering_checks import check_lowered, enforce
 from runtime.bundle.manifest import (
     DEFAULT_TOLERANCE,
     DEVICES,
-    DTYPES,
-    INPUT_ROLES,
+    F32_CEILING,
     PRECISIONS,
     FileEntry,
     LanguageEntry,
     Manifest,
     ProgramEntry,
     RtcEntry,
-    TensorSpec,
     TestCaseEntry,
+    ToleranceBasis,
 )
 from runtime.bundle.pte import parse_program
+from runtime.bundle.trace import PORTABLE_FILE, TEST_CASE_FILE, Trace, _torch, step, trace_policy
 from runtime.engine.devices import present_devices
 from runtime.errors import DeviceError, ExportError, MissingDependencyError
 from runtime.versions import package_version as _version
 
 log = logging.getLogger(__name__)
 
-PORTABLE_FILE = "model.pt2"
-TEST_CASE_FILE = "test_case.npz"
-
-
-@contextmanager
-def step(n: int, total: int, what: str) -> Iterator[None]:
-    """Progress for the slow steps: one line when a step starts and one with its duration."""
-    log.info("[%d/%d] %s ...", n, total, what)
-    t = time.perf_counter()
-    yield
-    log.info("[%d/%d] %s done in %.1f s", n, total, what, time.perf_counter() - t)
-
-
-def load_factory(spec: str) -> Callable[[], tuple[Any, dict[str, Any]]]:
-    """``path/to/file.py:FUNC`` or ``package.module:FUNC`` -> the function."""
-    target, sep, func = spec.rpartition(":")
-    if not sep or not target or not func:
-        raise ExportError(f"--factory: expected FILE.py:FUNC or module:FUNC, got {spec!r}")
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise ExportError(f"--factory: {path} does not exist")
-        mod_spec = importlib.util.spec_from_file_location(f"_lerobot_runtime_factory_{path.stem}", path)
-        if mod_spec is None or mod_spec.loader is None:
-            raise ExportError(f"--factory: cannot import {path}")
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[mod_spec.name] = module
-        mod_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise ExportError(f"--factory: cannot import module {target!r}: {e}") from e
-    fn = getattr(module, func, None)
-    if not callable(fn):
-        raise ExportError(f"--factory: {target} has no function {func!r}")
-    return fn  # type: ignore[no-any-return]
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as e:
-        raise MissingDependencyError(
-            "exporting needs torch, executorch and nncf: pip install 'lerobot-runtime[export]'"
-        ) from e
-    return torch
+__all__ = ["PORTABLE_FILE", "TEST_CASE_FILE", "build_bundle", "export_bundle", "lower_bundle", "lower_program"]
 
 
 def tool_versions() -> dict[str, str]:
@@ -170,49 +123,6 @@ def _program_entry(data: bytes, device: str, file: str, precision: str) -> Progr
             ", ".join(sorted(set(method.kernel_ops))),
         )
     return ProgramEntry(device, file, precision, sha256_bytes(data), delegation, _version("openvino"))
-
-
-def _np(t: Any) -> np.ndarray:
-    return np.ascontiguousarray(t.detach().cpu().numpy())
-
-
-def _named_outputs(out: Any) -> dict[str, Any]:
-    torch = _torch()
-    if isinstance(out, torch.Tensor):
-        return {"action": out}
-    if isinstance(out, dict):
-        return dict(out)
-    if isinstance(out, (tuple, list)):
-        return {("action" if i == 0 else f"output_{i}"): t for i, t in enumerate(out)}
-    raise ExportError(f"the model returned {type(out).__name__}; expected a tensor, a tuple or a dict of tensors")
-
-
-def _shape(t: Any) -> list[int]:
-    return [int(d) for d in t.shape]
-
-
-def _unbatched(model: Any) -> Any:
-    """``model`` behind a module that takes unbatched inputs and returns unbatched outputs.
-
-    The batch of one is added and removed inside the graph, so the program (and the wire) see the
-    observation as a camera and a robot deliver it.
-    """
-    torch = _torch()
-
-    class Unbatched(torch.nn.Module):  # type: ignore[misc,name-defined]
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *inputs: Any) -> Any:
-            out = self.inner(*(x.unsqueeze(0) for x in inputs))
-            if isinstance(out, torch.Tensor):
-                return out[0]
-            if isinstance(out, dict):
-                return {k: v[0] for k, v in out.items()}
-            return tuple(v[0] for v in out)
-
-    return Unbatched(model).eval()
 
 
 _TORCH_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
@@ -296,45 +206,6 @@ def _unify_operand_dtypes(gm: Any) -> None:
     gm.recompile()
 
 
-def _strip_batch(example: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Checks that every input and output carries a leading batch of 1, and returns them without it."""
-    for kind, tensors in (("input", example), ("output", reference)):
-        for k, v in tensors.items():
-            if v.dim() == 0 or v.shape[0] != 1:
-                raise ExportError(
-                    f"{kind} {k!r}: the action output has a leading batch dimension of 1, so every input and "
-                    f"output must have one too (the program removes it); {k!r} has shape {_shape(v)}"
-                )
-    return {k: v[0] for k, v in example.items()}, {k: v[0] for k, v in reference.items()}
-
-
-def input_role(name: str, t: Any, images: set[str] | None) -> str:
-    """The role of an input: explicit image names win; else uint8 H x W x C frames and LeRobot's names."""
-    torch = _torch()
-    if images is not None:
-        if name in images:
-            return "image"
-    elif (t.dtype == torch.uint8 and t.dim() == 3) or "image" in name:
-        # LeRobot names camera inputs observation.image / observation.images.<camera>, float or not
-        return "image"
-    if "environment_state" in name:
-        return "env"
-    return "state" if "state" in name else "other"
-
-
-def _tensor_dtype(kind: str, name: str, t: Any) -> str:
-    dtype = str(t.dtype).removeprefix("torch.")
-    if dtype not in DTYPES:
-        raise ExportError(f"{kind} {name!r}: dtype {dtype} is not one a bundle carries ({', '.join(DTYPES)})")
-    return dtype
-
-
-def default_scale(reference: Any) -> tuple[tuple[float, ...], str]:
-    """Without statistics: per joint, max(1, the reference's peak magnitude): relative for large values."""
-    peak = np.abs(reference.reshape(-1, reference.shape[-1]).astype(np.float64)).max(axis=0)
-    return tuple(float(v) for v in np.maximum(peak, 1.0)), "max(1, peak |reference| per joint)"
-
-
 def parse_tolerance(text: str) -> dict[str, float]:
     """``"f32=1e-4,bf16=0.05"`` -> {"f32": 1e-4, "bf16": 0.05}; names the bad entry."""
     out: dict[str, float] = {}
@@ -381,184 +252,151 @@ def export_bundle(
     *,
     device: str = "CPU",
     precision: str = "f32",
-    policy_name: str | None = None,
-    action_names: tuple[str, ...] | None = None,
     control_rate_hz: float = 30.0,
-    image_inputs: tuple[str, ...] | None = None,
     tolerance: Mapping[str, float] | None = None,
-    action_scale: tuple[float, ...] | None = None,
-    scale_source: str = "",
-    source: Mapping[str, Any] | None = None,
-    description: str = "",
-    model_batch: int = 0,
-    input_roles: Mapping[str, str] | None = None,
-    observation_history: int = 1,
-    language: Mapping[str, Any] | None = None,
-    rtc: Mapping[str, Any] | None = None,
+    prove_on_export: bool = True,
+    **trace_options: Any,
 ) -> Bundle:
-    """Export, lower for ``device``, record the eager test case and write the bundle to ``out``.
+    """Trace, lower for ``device``, record the eager test case, prove, and write the bundle to ``out``.
 
-    A model whose action output carries a leading batch of 1 is wrapped so that the program takes and
-    returns unbatched tensors (``model_batch: 1`` in the manifest). Shapes, dtypes and roles are
-    checked right after the eager run, before the slow steps; nothing is left at ``out`` on failure.
-    ``action_scale`` (one value per joint, e.g. the action's std) makes the parity tolerance relative.
-    ``input_roles`` names roles outright (``noise``: drawn by the server per request); the others
-    are inferred. ``observation_history`` is the number of frames every image, state and env input
-    carries as its leading axis. ``language`` (a policy that takes a task string): the tokenizer
-    ``definition`` (tokenizer.json text) and the LanguageEntry fields but the file. ``rtc`` (a policy
-    that takes the previous chunk's leftover): the RtcEntry fields.
+    ``trace_options`` go to :func:`runtime.bundle.trace.trace_policy` (policy_name, action_names,
+    image_inputs, action_scale, scale_source, source, description, model_batch, input_roles,
+    observation_history, language, rtc). Nothing is left at ``out`` on failure.
     """
-    torch = _torch()
-    fn = load_factory(factory) if isinstance(factory, str) else factory
-    name = policy_name or getattr(fn, "__name__", "policy").removeprefix("make_")
+    _torch()
     check_device_present(device)
+    check_precision(precision)
+    trace = trace_policy(factory, steps=(1, TOTAL_STEPS), **trace_options)
+    return build_bundle(
+        trace,
+        out,
+        device=device,
+        precision=precision,
+        control_rate_hz=control_rate_hz,
+        tolerance=tolerance,
+        prove_on_export=prove_on_export,
+    )
+
+
+TOTAL_STEPS = 5
+
+
+def check_precision(precision: str) -> None:
     if precision not in PRECISIONS or precision == "int8":
         raise ExportError(
             f"--precision: expected one of f32, f16, bf16 (int8 comes from lerobot-runtime quantize), got {precision!r}"
         )
+
+
+def _traced_by(trace: Trace) -> str:
+    stack = trace.stack
+    return ", ".join(f"{k} {stack[k]}" for k in ("lerobot", "transformers", "torch") if k in stack)
+
+
+def build_bundle(
+    trace: Trace,
+    out: str | Path,
+    *,
+    device: str = "CPU",
+    precision: str = "f32",
+    control_rate_hz: float = 30.0,
+    tolerance: Mapping[str, float] | None = None,
+    prove_on_export: bool = True,
+) -> Bundle:
+    """The second half of an export: lower ``trace`` for ``device``, write the bundle, and prove it here.
+
+    The proof is the daemon's load gate, run on the staged bundle in a child process
+    (runtime.bundle.prove); it measures the f32 tolerance the bundle carries, unless ``tolerance``
+    gives one. ``prove_on_export`` False writes the default tolerances unproved (tests of the gate
+    itself need bundles that fail it).
+    """
+    torch = _torch()
+    check_device_present(device)
+    check_precision(precision)
     out_dir = Path(out)
-    total = 4
-
-    with step(1, total, "building the model and its eager reference"):
-        made = fn()
-        if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict)):
-            raise ExportError("the factory must return (torch.nn.Module, dict[str, torch.Tensor])")
-        model, example = made
-        for k, v in example.items():
-            if not isinstance(v, torch.Tensor):
-                raise ExportError(f"example input {k!r}: expected a torch.Tensor, got {type(v).__name__}")
-        model = model.eval()
-        try:
-            with torch.no_grad():
-                reference = _named_outputs(model(*example.values()))
-        except Exception as e:
-            raise ExportError(
-                f"the eager run failed: {type(e).__name__}: {e} (inputs: "
-                + ", ".join(f"{k} {_shape(v)}" for k, v in example.items())
-                + ")"
-            ) from e
-        for k, v in reference.items():
-            if not isinstance(v, torch.Tensor):
-                raise ExportError(f"output {k!r}: expected a torch.Tensor, got {type(v).__name__}")
-
-        # Everything that can be wrong with shapes, dtypes and roles is found here, in seconds, not
-        # after minutes of export and lowering.
-        first = reference.get("action", next(iter(reference.values()), None))
-        if first is not None and first.dim() == 3 and first.shape[0] == 1:
-            example, reference = _strip_batch(example, reference)
-            model = _unbatched(model)
-            model_batch = 1
-            log.info("the model takes a batch of one: the program adds and removes it, the wire stays unbatched")
-        if image_inputs is not None:
-            unknown = [i for i in image_inputs if i not in example]
-            if unknown:
-                raise ExportError(
-                    f"--image-inputs: {', '.join(unknown)} is not an input (inputs: {', '.join(example)})"
-                )
-        for k, role in (input_roles or {}).items():
-            if k not in example or role not in INPUT_ROLES:
-                raise ExportError(
-                    f"input roles: expected an input ({', '.join(example)}) with a role among "
-                    f"{', '.join(INPUT_ROLES)}, got {k!r}: {role!r}"
-                )
-        images = set(image_inputs) if image_inputs is not None else None
-        inputs = tuple(
-            TensorSpec(
-                k,
-                _tensor_dtype("input", k, v),
-                tuple(_shape(v)),
-                (input_roles or {}).get(k) or input_role(k, v, images),
-            )
-            for k, v in example.items()
-        )
-        outputs = tuple(
-            TensorSpec(k, _tensor_dtype("output", k, v), tuple(_shape(v)), "action" if k == "action" else "other")
-            for k, v in reference.items()
-        )
-        action = next((o for o in outputs if o.role == "action"), None)
-        if action is None or len(action.shape) != 2:
-            shape = list(action.shape) if action else None
-            raise ExportError(
-                f"output 'action': expected a [chunk_length, action_dim] tensor (or [1, chunk_length, action_dim] "
-                f"for a model with a batch dimension), got shape {shape}"
-            )
-        chunk, dim = action.shape
-        names = action_names or (SO101_JOINTS if dim == 6 else tuple(f"joint_{i}" for i in range(dim)))
-        if len(names) != dim:
-            raise ExportError(f"--action-names: the action has {dim} values per step, {len(names)} names given")
-        if action_scale is not None and (len(action_scale) != dim or not all(v > 0 for v in action_scale)):
-            raise ExportError(f"action scale: expected {dim} positive values, got {list(action_scale)}")
-        ref_np = {k: _np(v) for k, v in reference.items()}
-        if action_scale is None:
-            action_scale, scale_source = default_scale(ref_np[action.name])
-        tol = dict(DEFAULT_TOLERANCE)
-        tol.update(tolerance or {})
-
+    given = dict(tolerance or {})
     with staged_directory(out_dir) as stage:
-        with step(2, total, "exporting with torch.export"):
-            # after the eager run, so the test case's reference comes from the model as written
-            from runtime.bundle.group_norm import replace_group_norm
-
-            replace_group_norm(model)
-            try:
-                # under no_grad, a policy's own @torch.no_grad (LeRobot's predict_action_chunk) changes
-                # nothing and leaves no grad-mode submodule in the graph, which the quantizer cannot read
-                with torch.no_grad():
-                    exported = torch.export.export(model, tuple(example.values()))
-            except Exception as e:
-                raise ExportError(f"torch.export failed: {type(e).__name__}: {e}") from e
-            buf = io.BytesIO()
-            torch.export.save(exported, buf)
-            portable = buf.getvalue()
-            (stage / PORTABLE_FILE).write_bytes(portable)
-        with step(3, total, f"lowering to OpenVINO for {device} ({precision})"):
+        (stage / PORTABLE_FILE).write_bytes(trace.portable)
+        with step(3, TOTAL_STEPS, f"lowering to OpenVINO for {device} ({precision})"):
+            exported = trace.exported
+            if exported is None:
+                exported = torch.export.load(io.BytesIO(trace.portable))
             if precision in _TORCH_DTYPE:
+                example = tuple(torch.from_numpy(v) for v in trace.example.values())
                 try:
-                    exported = export_for_lowering(model, tuple(example.values()), precision)
+                    exported = export_for_lowering(exported.module(), example, precision)
                 except Exception as e:
                     raise ExportError(f"torch.export at {precision} failed: {type(e).__name__}: {e}") from e
-            data = lower_program(exported, device, input_names=tuple(example), output_names=tuple(reference))
+            names_in = tuple(s.name for s in trace.inputs)
+            names_out = tuple(s.name for s in trace.outputs)
+            data = lower_program(exported, device, input_names=names_in, output_names=names_out)
             file = f"program_{device.lower()}.pte"
             (stage / file).write_bytes(data)
             program = _program_entry(data, device, file, precision)
-        with step(4, total, "writing the test case and manifest"):
-            arrays = {f"input/{k}": _np(v) for k, v in example.items()}
-            arrays.update({f"output/{k}": v for k, v in ref_np.items()})
+        with step(4, TOTAL_STEPS, "writing the test case and manifest"):
+            arrays = {f"input/{k}": v for k, v in trace.example.items()}
+            arrays.update({f"output/{k}": v for k, v in trace.reference.items()})
             case = io.BytesIO()
             np.savez(case, **arrays)  # type: ignore[arg-type]
             (stage / TEST_CASE_FILE).write_bytes(case.getvalue())
             language_entry = None
-            if language is not None:
+            if trace.language is not None:
                 from runtime.bundle.tokenizer import TOKENIZER_FILE
 
-                definition = str(language["definition"]).encode()
+                definition = str(trace.language["definition"]).encode()
                 (stage / TOKENIZER_FILE).write_bytes(definition)
-                fields = {k: v for k, v in language.items() if k != "definition"}
+                fields = {k: v for k, v in trace.language.items() if k != "definition"}
                 language_entry = LanguageEntry(FileEntry(TOKENIZER_FILE, sha256_bytes(definition)), **fields)
+            tol = dict(DEFAULT_TOLERANCE)
+            tol.update(given)
+            basis: dict[str, ToleranceBasis] = {"f32": ToleranceBasis("given")} if "f32" in given else {}
+            if prove_on_export and "f32" not in given:
+                tol["f32"] = F32_CEILING  # provisional: the proof below measures the bundle's own
+            source = dict(trace.source)
+            if source.get("kind") == "lerobot":
+                source["stack"] = dict(trace.stack)
             manifest = Manifest(
-                policy_name=name,
-                description=description,
-                inputs=inputs,
-                outputs=outputs,
-                action_output=action.name,
-                chunk_length=chunk,
-                action_names=tuple(names),
+                policy_name=trace.policy_name,
+                description=trace.description,
+                inputs=trace.inputs,
+                outputs=trace.outputs,
+                action_output=trace.action_output,
+                chunk_length=next(s for s in trace.outputs if s.name == trace.action_output).shape[0],
+                action_names=trace.action_names,
                 control_rate_hz=float(control_rate_hz),
                 programs={device: program},
                 test_case=TestCaseEntry(
-                    TEST_CASE_FILE, sha256_bytes(case.getvalue()), tol, {action.name: action_scale}, scale_source
+                    TEST_CASE_FILE,
+                    sha256_bytes(case.getvalue()),
+                    tol,
+                    {trace.action_output: trace.action_scale},
+                    trace.scale_source,
+                    basis,
                 ),
-                portable_program=FileEntry(PORTABLE_FILE, sha256_bytes(portable)),
+                portable_program=FileEntry(PORTABLE_FILE, sha256_bytes(trace.portable)),
                 tools=tool_versions(),
                 created_utc=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
-                source=dict(source or {}),
-                model_batch=model_batch,
-                observation_history=observation_history,
+                source=source,
+                model_batch=trace.model_batch,
+                observation_history=trace.observation_history,
                 language=language_entry,
-                rtc=RtcEntry(**rtc) if rtc is not None else None,
+                rtc=RtcEntry(**trace.rtc) if trace.rtc is not None else None,
             )
             manifest.write(stage)
             Bundle.open(stage, verify_all=True)
+        if prove_on_export:
+            with step(5, TOTAL_STEPS, "proving the bundle: the load gate on this machine"):
+                found = prove.measure(stage, device)
+                tol, basis = prove.derive(found, trace.spread, given, _traced_by(trace))
+                case_entry = replace(manifest.test_case, tolerance=tol, basis=basis)
+                replace(manifest, test_case=case_entry).write(stage)
+                log.info(
+                    "the load gate passed on this machine (%s engine, %s): %s; tolerance %s",
+                    found["engine"],
+                    found["precision"],
+                    found["describe"],
+                    case_entry.describe_tolerance(str(found["precision"]) if found["precision"] in tol else "f32"),
+                )
     log.info("bundle written to %s (%s program: %s delegation)", out_dir, device, program.delegation)
     return Bundle.open(out_dir, verify_all=True)
 

@@ -45,6 +45,64 @@ DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool"
 # Parity tolerance by the precision the device really ran: the largest error accepted, in the units of
 # the test case's ``scale`` (normalised action units for a LeRobot policy; see TestCaseEntry).
 DEFAULT_TOLERANCE: Final[Mapping[str, float]] = {"f32": 2e-5, "f16": 0.075, "bf16": 0.075, "int8": 0.15}
+# An export measures a bundle's f32 tolerance (see ToleranceBasis and runtime.bundle.prove): this many
+# times the larger of the reference's own float32 rounding and the lowered program's error on the
+# exporting machine, never below DEFAULT_TOLERANCE["f32"] (the floor) nor above F32_CEILING. The margin
+# covers what differs on the robot (another CPU's kernels and blocking); the ceiling keeps an order of
+# magnitude between the tolerance and the silent wrong results the gate exists for (1e-2 and more).
+F32_MARGIN: Final = 4.0
+F32_CEILING: Final = 1e-3
+ToleranceHow = Literal["measured", "given", "default"]
+
+
+@dataclass(frozen=True)
+class ToleranceBasis:
+    """Where a precision's tolerance came from: measured at export, given with ``--tolerance``, or the default.
+
+    ``reference_spread``: the reference at float32 against float64 in the stack that traced it;
+    ``lowered_error``: the lowered program against the reference on the exporting machine, at the
+    precision named in ``lowered_by`` (None where it did not run at that precision there).
+    """
+
+    how: ToleranceHow
+    floor: float = DEFAULT_TOLERANCE["f32"]
+    margin: float = F32_MARGIN
+    reference_spread: float | None = None
+    lowered_error: float | None = None
+    lowered_by: str = ""  # engine, precision and CPU of the measurement
+    traced_by: str = ""  # the stack that computed the reference (LeRobot, transformers, torch)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"how": self.how, "floor": self.floor, "margin": self.margin}
+        for key in ("reference_spread", "lowered_error"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        for key in ("lowered_by", "traced_by"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
+
+    def describe(self, tolerance: float) -> str:
+        """One line for ``check`` and the log: the tolerance, where it came from, what was measured."""
+        if self.how == "given":
+            said = f"{tolerance:.3g}, given at export (--tolerance)"
+        elif self.how == "default":
+            return f"{tolerance:.3g}, the default (not measured at export)"
+        else:
+            said = (
+                f"{tolerance:.3g}, measured at export: {self.margin:g} x the larger spread below, "
+                f"floor {self.floor:.3g}"
+            )
+        parts = []
+        if self.reference_spread is not None:
+            parts.append(
+                f"reference f32 vs f64 {self.reference_spread:.3g}" + (f" ({self.traced_by})" if self.traced_by else "")
+            )
+        if self.lowered_error is not None:
+            parts.append(
+                f"lowered program {self.lowered_error:.3g}" + (f" ({self.lowered_by})" if self.lowered_by else "")
+            )
+        return said + ("; measured spread: " + ", ".join(parts) if parts else "; no spread measured")
 
 
 @dataclass(frozen=True)
@@ -164,12 +222,21 @@ class TestCaseEntry:
     # outputs not named here are compared in absolute units.
     scale: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     scale_source: str = "absolute"  # what the scale is, for people reading the log and the manifest
+    # per precision, where its tolerance came from (an export since the f32 tolerance is measured has f32)
+    basis: Mapping[str, ToleranceBasis] = field(default_factory=dict)
+
+    def describe_tolerance(self, precision: str) -> str:
+        tol = self.tolerance.get(precision, DEFAULT_TOLERANCE.get(precision, 0.0))
+        basis = self.basis.get(precision)
+        return basis.describe(tol) if basis is not None else ToleranceBasis("default").describe(tol)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "sha256": self.sha256, "tolerance": dict(self.tolerance)}
         if self.scale:
             out["scale"] = {k: list(v) for k, v in self.scale.items()}
             out["scale_source"] = self.scale_source
+        if self.basis:
+            out["tolerance_basis"] = {k: v.to_json() for k, v in self.basis.items()}
         return out
 
 
@@ -447,7 +514,33 @@ def parse_manifest(data: Any, file: str = MANIFEST_FILE) -> Manifest:
             raise r.fail(at, f"{spec.shape[-1]} positive numbers (one per element of the last axis)", values)
         scale[out_name] = tuple(float(v) for v in values)
     scale_source = r.opt(tc, "scale_source", "test_case", str, "a string", "absolute" if not scale else "")
-    test_case = TestCaseEntry(tc_file, _sha(r, tc, "test_case"), tolerance, scale, scale_source)
+    basis_raw = r.opt(tc, "tolerance_basis", "test_case", dict, "an object of precision -> tolerance basis", {})
+    basis: dict[str, ToleranceBasis] = {}
+    for prec, b in basis_raw.items():
+        at = f"test_case.tolerance_basis.{prec}"
+        if prec not in PRECISIONS:
+            raise r.fail(at, f"a precision among {', '.join(PRECISIONS)}", prec)
+        if not isinstance(b, dict):
+            raise r.fail(at, "an object with how, floor, margin", b)
+        how = r.get(b, "how", at, str, "measured, given or default")
+        if how not in get_args(ToleranceHow):
+            raise r.fail(f"{at}.how", "measured, given or default", how)
+        numbers: dict[str, float | None] = {}
+        for key in ("floor", "margin", "reference_spread", "lowered_error"):
+            value = r.opt(b, key, at, (int, float), "a non-negative number", None)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise r.fail(f"{at}.{key}", "a non-negative number", value)
+            numbers[key] = None if value is None else float(value)
+        basis[prec] = ToleranceBasis(
+            how,
+            floor=numbers["floor"] if numbers["floor"] is not None else DEFAULT_TOLERANCE["f32"],
+            margin=numbers["margin"] if numbers["margin"] is not None else F32_MARGIN,
+            reference_spread=numbers["reference_spread"],
+            lowered_error=numbers["lowered_error"],
+            lowered_by=r.opt(b, "lowered_by", at, str, "a string", ""),
+            traced_by=r.opt(b, "traced_by", at, str, "a string", ""),
+        )
+    test_case = TestCaseEntry(tc_file, _sha(r, tc, "test_case"), tolerance, scale, scale_source, basis)
 
     portable = None
     if "portable_program" in data:

@@ -194,16 +194,8 @@ def quantize_bundle(
     calibration_frames: int = DEFAULT_DATASET_FRAMES,
 ) -> Bundle:
     """Write an INT8 copy of the bundle at ``out``, or refuse it (nothing written) when the gate fails."""
-    from runtime.bundle.export import (
-        PORTABLE_FILE,
-        TEST_CASE_FILE,
-        _program_entry,
-        _torch,
-        lower_program,
-        staged_directory,
-        step,
-        tool_versions,
-    )
+    from runtime.bundle.export import _program_entry, lower_program, staged_directory, tool_versions
+    from runtime.bundle.trace import PORTABLE_FILE, TEST_CASE_FILE, _torch, step
 
     torch = _torch()
     try:

@@ -19,22 +19,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle import export
+from runtime.bundle import export, prove
 from runtime.bundle.export import (
-    _named_outputs,
     _program_entry,
-    _strip_batch,
-    _tensor_dtype,
     check_device_present,
-    default_scale,
     export_bundle,
-    input_role,
-    load_factory,
     lower_bundle,
     parse_tolerance,
     staged_directory,
 )
 from runtime.bundle.manifest import RtcEntry
+from runtime.bundle.trace import _named_outputs, _strip_batch, _tensor_dtype, default_scale, input_role, load_factory
 from runtime.errors import BundleError, DeviceError, ExportError
 from tests.bundle import programs
 
@@ -225,7 +220,7 @@ def test_a_program_entry_records_its_delegation(caplog: pytest.LogCaptureFixture
             )
         ]
     )
-    with caplog.at_level(logging.WARNING, logger="runtime.bundle.export"):
+    with caplog.at_level(logging.WARNING, logger="runtime.bundle"):
         assert _program_entry(partial, "CPU", "p.pte", "f32").delegation == "partial"
     assert [r.getMessage() for r in caplog.records] == [
         "p.pte: 1 op(s) stay on ExecuTorch's portable kernels (aten::add); the openvino engine cannot run "
@@ -252,11 +247,38 @@ class Lowering:
         return self.program
 
 
+def gate_found(error: float = 1e-6, precision: str = "f32") -> dict[str, Any]:
+    """What the load gate child reports (runtime.bundle.prove.run_gate) for an error and a precision."""
+    parity = {
+        "max_abs_err": error,
+        "tolerance": 1e-3,
+        "ok": True,
+        "output": "action",
+        "index": [0, 0],
+        "got": 0.0,
+        "expected": 0.0,
+        "units": "absolute",
+        "runs": 16,
+        "failed_run": 0,
+    }
+    return {
+        "engine": "openvino",
+        "device": "CPU",
+        "precision": precision,
+        "parity": parity,
+        "describe": f"max abs error {error:.3g} over 16 replays",
+        "cpu": "avx2",
+        "ready_ms": 1.0,
+    }
+
+
 @pytest.fixture
 def lowering(monkeypatch: pytest.MonkeyPatch) -> Lowering:
+    """The lowering stood in for, and the load gate's child (a hand-built program does not run)."""
     stand_in = Lowering()
     monkeypatch.setattr(export, "lower_program", stand_in)
     monkeypatch.setattr(export, "present_devices", lambda: ["CPU", "GPU"])
+    monkeypatch.setattr(prove, "measure", lambda stage, device: gate_found())
     return stand_in
 
 
@@ -474,13 +496,14 @@ def _steps(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_the_slow_steps_are_told_as_each_starts_and_ends(
     tmp_path: Path, lowering: Lowering, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="runtime.bundle.export"):
+    with caplog.at_level(logging.INFO, logger="runtime.bundle"):
         export_bundle(make_chunk_policy, tmp_path / "b")
     said = [
-        "[1/4] building the model and its eager reference",
-        "[2/4] exporting with torch.export",
-        "[3/4] lowering to OpenVINO for CPU (f32)",
-        "[4/4] writing the test case and manifest",
+        "[1/5] building the model and its eager reference",
+        "[2/5] exporting with torch.export",
+        "[3/5] lowering to OpenVINO for CPU (f32)",
+        "[4/5] writing the test case and manifest",
+        "[5/5] proving the bundle: the load gate on this machine",
     ]
     assert _steps(caplog) == [line for step in said for line in (f"{step} ...", f"{step} done")]
     assert all(
@@ -489,7 +512,7 @@ def test_the_slow_steps_are_told_as_each_starts_and_ends(
         if " done in " in r.getMessage()
     )
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="runtime.bundle.export"):
+    with caplog.at_level(logging.INFO, logger="runtime.bundle"):
         lower_bundle(tmp_path / "b", "GPU")
     said = ["[1/2] loading model.pt2", "[2/2] lowering to OpenVINO for GPU (f32)"]
     assert _steps(caplog) == [line for step in said for line in (f"{step} ...", f"{step} done")]

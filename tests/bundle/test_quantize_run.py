@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 import runtime.bundle.quantize as quantize
-from runtime.bundle import export
+from runtime.bundle import export, prove
 from runtime.bundle.bundle import Bundle, sha256_bytes
 from runtime.bundle.export import export_bundle
 from runtime.errors import BundleError, ExportError, ParityError
 from tests.bundle import programs
-from tests.bundle.test_export_rules import Lowering, make_chunk_policy
+from tests.bundle.test_export_rules import Lowering, gate_found, make_chunk_policy
 
 torch = pytest.importorskip("torch")
 quantizer = pytest.importorskip("executorch.backends.openvino.quantizer")
@@ -65,9 +65,11 @@ class Gate:
 
 @pytest.fixture
 def lowering(monkeypatch: pytest.MonkeyPatch) -> Lowering:
+    """The lowering stood in for, and the export's load gate (a hand-built program does not run)."""
     stand_in = Lowering()
     monkeypatch.setattr(export, "lower_program", stand_in)
     monkeypatch.setattr(export, "present_devices", lambda: ["CPU"])
+    monkeypatch.setattr(prove, "measure", lambda stage, device: gate_found())
     return stand_in
 
 
