@@ -15,7 +15,14 @@ OPT       := $(ROOT)/opt/lerobot-runtime
 EXTRAS    ?=
 PIP_FLAGS ?=
 
-.PHONY: demo test lint bench mutation venv install install-verify clean
+# LeRobot 0.6 (what checkpoints are trained with since August 2026) needs Python >= 3.12, torch < 2.12 and
+# transformers 5.x, beside ExecuTorch's torch 2.13 here: it gets a venv of its own, in which `export --lerobot`
+# traces 0.6 checkpoints (runtime.bundle.lerobot.stacks); 0.4 checkpoints are traced in .venv.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12))
+STACK06   := .venv-lerobot-0.6
+STAMP06   := $(STACK06)/.installed
+
+.PHONY: demo test lint bench mutation venv lerobot-stacks install install-verify clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,13 +36,22 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+$(STAMP06):
+	@test -n "$(PYTHON312)" || { echo "LeRobot 0.6 needs Python 3.12: set PYTHON312=/path/to/python3.12"; exit 1; }
+	$(PYTHON312) -m venv $(STACK06)
+	PIP_NO_CACHE_DIR=1 $(STACK06)/bin/pip install --quiet --upgrade pip
+	PIP_NO_CACHE_DIR=1 $(STACK06)/bin/pip install --quiet 'lerobot[smolvla]==0.6.1' transformers==5.5.4 torch==2.11.0
+	touch $(STAMP06)
+
+lerobot-stacks: $(STAMP06)
+
 # The daemon with the demo bundle and the simulated arm, fed by a synthetic camera; from another
 # terminal, `.venv/bin/lerobot-runtime control start` makes the arm move.
 demo: $(STAMP)
 	$(BIN)/lerobot-runtime camera --synthetic & cam=$$!; trap 'kill $$cam 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/lerobot-runtime serve
 
-test: $(STAMP)
+test: $(STAMP) $(STAMP06)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -78,4 +94,4 @@ mutation: $(STAMP)
 	$(BIN)/python tools/mutation.py $(SCOPES)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .mutation
+	rm -rf $(VENV) $(STACK06) .pytest_cache .mypy_cache .ruff_cache .mutation

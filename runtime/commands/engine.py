@@ -106,10 +106,17 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "guides the flow towards it, LeRobot's RTC; on by itself when the checkpoint's rtc_config enables it)",
     )
     p.add_argument(
+        "--lerobot-python",
+        metavar="PYTHON",
+        help="--lerobot: a Python with the LeRobot release that wrote the checkpoint, which traces it (default: "
+        "this Python, $LEROBOT_RUNTIME_LEROBOT_PYTHON or .venv-lerobot-<release> beside the checkout, whichever "
+        "has that release)",
+    )
+    p.add_argument(
         "--tolerance",
         metavar="PREC=ERR,...",
         help="parity tolerance per precision, in the test case's units (normalised action units for "
-        "LeRobot checkpoints), e.g. f32=1e-4,bf16=0.05",
+        "LeRobot checkpoints), e.g. f32=1e-4,bf16=0.05; the f32 one is measured at export when not given",
     )
     p.add_argument("--control-rate-hz", type=float, default=30.0)
     p.set_defaults(func=cmd_export)
@@ -227,8 +234,11 @@ def cmd_export(args: argparse.Namespace) -> int:
             policy_name=args.name,
             vlm_dir=args.vlm_dir,
             rtc=args.rtc,
+            lerobot_python=args.lerobot_python,
         )
     else:
+        if args.lerobot_python:
+            raise ConfigError("--lerobot-python applies to --lerobot checkpoints")
         if args.vlm_dir:
             raise ConfigError("--vlm-dir applies to --lerobot SmolVLA checkpoints")
         if args.rtc:

@@ -6,6 +6,7 @@ processors). Loading a real checkpoint and exporting it are in tests/engine/test
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -264,23 +265,36 @@ def test_a_plan_without_rtc_or_language_has_neither(tmp_path: Path, stand_in: An
     assert "rtc" not in kwargs["source"] and "vlm" not in kwargs["source"]
 
 
-def test_export_lerobot_hands_the_plan_to_export_bundle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _routed(monkeypatch: pytest.MonkeyPatch, current: bool) -> list[Any]:
+    """export_lerobot with the stack search, the tracing (here and in a child) and the lowering stood in for."""
     import runtime.bundle.export as export
+    import runtime.bundle.lerobot.stacks as stacks
+    import runtime.bundle.lerobot.trace_child as trace_child
+    from runtime.bundle.lerobot.stacks import Stack
 
     asked: list[Any] = []
+    trace = SimpleNamespace(source={"kind": "lerobot"})
+    stack = Stack("/py/0.6" if not current else sys.executable, "0.6.1", "5.5.4", "2.11.0", current)
 
-    def fake_plan(checkpoint: Any, **options: Any) -> Any:
-        asked.append((checkpoint, options))
-        return "factory", {"policy_name": "p", "action_names": ("a",)}
+    def find_stack(release: str, *, explicit: Any = None, why: str = "") -> Any:
+        asked.append(("find", release, explicit))
+        return stack
 
-    def fake_export(factory: Any, out: Any, **options: Any) -> str:
-        asked.append((factory, out, options))
-        return "bundle"
+    monkeypatch.setattr(stacks, "find_stack", find_stack)
+    monkeypatch.setattr(plan, "trace_lerobot", lambda ck, **options: asked.append(("here", options)) or trace)
+    monkeypatch.setattr(trace_child, "trace_in", lambda py, ck, options: asked.append(("child", py, options)) or trace)
+    monkeypatch.setattr(export, "build_bundle", lambda t, out, **options: asked.append(("build", t, out, options)))
+    monkeypatch.setattr(export, "present_devices", lambda: ["CPU", "GPU"])
+    return asked
 
-    monkeypatch.setattr(plan, "lerobot_export_plan", fake_plan)
-    monkeypatch.setattr(export, "export_bundle", fake_export)
-    got = plan.export_lerobot(
-        "ck",
+
+def test_export_lerobot_traces_with_the_release_that_wrote_the_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ck = _write(tmp_path, {**_config(), "pretrained_revision": None})  # what LeRobot 0.6 writes
+    asked = _routed(monkeypatch, current=False)
+    plan.export_lerobot(
+        ck,
         "out",
         device="GPU",
         precision="f16",
@@ -291,43 +305,25 @@ def test_export_lerobot_hands_the_plan_to_export_bundle(monkeypatch: pytest.Monk
         policy_name="p",
         vlm_dir="v",
         rtc=True,
+        lerobot_python="/py/0.6",
     )
-    assert got == "bundle"
-    assert asked == [
-        (
-            "ck",
-            {"n_action_steps": 3, "action_names": ("a",), "policy_name": "p", "vlm_dir": "v", "rtc": True},
-        ),
-        (
-            "factory",
-            "out",
-            {
-                "device": "GPU",
-                "precision": "f16",
-                "control_rate_hz": 15.0,
-                "tolerance": {"f16": 0.1},
-                "policy_name": "p",
-                "action_names": ("a",),
-            },
-        ),
-    ]
-    asked.clear()
-    plan.export_lerobot("ck", "out")
-    assert asked[0][1] == {
-        "n_action_steps": None,
-        "action_names": None,
-        "policy_name": None,
-        "vlm_dir": None,
-        "rtc": False,
-    }
-    assert asked[1][2] == {
-        "device": "CPU",
-        "precision": "f32",
-        "control_rate_hz": 30.0,
-        "tolerance": None,
-        "policy_name": "p",
-        "action_names": ("a",),
-    }
+    options = {"n_action_steps": 3, "action_names": ("a",), "policy_name": "p", "vlm_dir": "v", "rtc": True}
+    assert asked[:2] == [("find", "0.6", "/py/0.6"), ("child", "/py/0.6", options)]
+    ((what, trace, out, built),) = asked[2:]
+    assert (what, out, trace.source) == ("build", "out", {"kind": "lerobot", "written_by": "0.6"})
+    assert built == {"device": "GPU", "precision": "f16", "control_rate_hz": 15.0, "tolerance": {"f16": 0.1}}
+
+
+def test_export_lerobot_traces_here_when_this_python_has_the_release(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ck = _write(tmp_path, _config())  # no field of a newer release: written by 0.4
+    asked = _routed(monkeypatch, current=True)
+    plan.export_lerobot(ck, "out")
+    options = {"n_action_steps": None, "action_names": None, "policy_name": None, "vlm_dir": None, "rtc": False}
+    assert asked[:2] == [("find", "0.4", None), ("here", options)]
+    assert asked[2][0] == "build" and asked[2][1].source["written_by"] == "0.4"
+    assert asked[2][3] == {"device": "CPU", "precision": "f32", "control_rate_hz": 30.0, "tolerance": None}
 
 
 # --- the family's defaults ---

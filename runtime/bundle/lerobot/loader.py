@@ -8,16 +8,25 @@ the parity tests against LeRobot's pipeline say when it stops being so.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
+import json
+import logging
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.bundle.lerobot.checkpoint import Checkpoint
 from runtime.bundle.lerobot.families import family_class
+from runtime.bundle.lerobot.stacks import DESCRIPTIVE_FIELDS, unknown_fields
 from runtime.bundle.lerobot.torchvision_shim import import_lerobot
 from runtime.errors import ExportError
+from runtime.versions import package_version
+
+log = logging.getLogger(__name__)
 
 
 def policy_class(policy_type: str) -> Any:
@@ -62,6 +71,28 @@ def resolve_vlm(ckpt: Checkpoint, vlm_dir: str | Path | None) -> Path:
         ) from e
 
 
+@contextlib.contextmanager
+def config_directory(ckpt: Checkpoint, config_class: Any) -> Iterator[Path]:
+    """A directory whose ``config.json`` the installed LeRobot can parse: the checkpoint's own, or a copy
+    without the fields this release does not know that only describe the hub or training (named in one
+    log line). Any other unknown field is refused by name (runtime.bundle.lerobot.stacks)."""
+    known = [f.name for f in dataclasses.fields(config_class)]
+    ignored = unknown_fields(ckpt.config, known, ckpt.path / "config.json")
+    if not ignored:
+        yield ckpt.path
+        return
+    log.info(
+        "%s: ignoring field(s) LeRobot %s does not know, which do not change the computation: %s",
+        ckpt.path / "config.json",
+        package_version("lerobot"),
+        ", ".join(f"{k} ({DESCRIPTIVE_FIELDS[k]})" for k in ignored),
+    )
+    with tempfile.TemporaryDirectory(prefix="lerobot-config-") as tmp:
+        cleaned = {k: v for k, v in ckpt.config.items() if k not in ignored}
+        (Path(tmp) / "config.json").write_text(json.dumps(cleaned, indent=2))
+        yield Path(tmp)
+
+
 def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None, rtc: bool = False) -> LoadedCheckpoint:
     """Load weights and processors from the local directory (no hub access).
 
@@ -71,17 +102,18 @@ def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None, rtc:
     the checkpoint has none), as LeRobot's own RTC inference sets it.
     """
     import_lerobot()
+    from lerobot.configs.policies import PreTrainedConfig
     from lerobot.processor import NormalizerProcessorStep, PolicyProcessorPipeline, UnnormalizerProcessorStep
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
 
     cls = policy_class(ckpt.policy_type)
     kwargs: dict[str, Any] = {}
     overrides: dict[str, Any] = {}
+    with config_directory(ckpt, cls.config_class) as where:
+        config = PreTrainedConfig.from_pretrained(str(where), local_files_only=True)
+    kwargs["config"] = config
     if ckpt.policy_type == "smolvla":
-        from lerobot.configs.policies import PreTrainedConfig
-
         vlm = str(resolve_vlm(ckpt, vlm_dir).resolve())
-        config = PreTrainedConfig.from_pretrained(str(ckpt.path), local_files_only=True)
         config.vlm_model_name = vlm
         if rtc:
             from lerobot.policies.rtc.configuration_rtc import RTCConfig
@@ -89,7 +121,6 @@ def load_checkpoint(ckpt: Checkpoint, *, vlm_dir: str | Path | None = None, rtc:
             if config.rtc_config is None:
                 config.rtc_config = RTCConfig()
             config.rtc_config.enabled = True
-        kwargs["config"] = config
         overrides["tokenizer_processor"] = {"tokenizer_name": vlm}
     # LeRobot prints "Loading weights from local directory" to stdout, which belongs to --json output
     with contextlib.redirect_stdout(sys.stderr):

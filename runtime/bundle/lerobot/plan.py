@@ -117,6 +117,29 @@ def lerobot_export_plan(
     return factory, kwargs
 
 
+def trace_lerobot(
+    checkpoint: str | Path,
+    *,
+    n_action_steps: int | None = None,
+    action_names: tuple[str, ...] | None = None,
+    policy_name: str | None = None,
+    vlm_dir: str | Path | None = None,
+    rtc: bool = False,
+) -> Any:
+    """The tracing half of exporting a checkpoint, in this Python: the plan's graph traced (a Trace)."""
+    from runtime.bundle.trace import trace_policy
+
+    factory, kwargs = lerobot_export_plan(
+        checkpoint,
+        n_action_steps=n_action_steps,
+        action_names=action_names,
+        policy_name=policy_name,
+        vlm_dir=vlm_dir,
+        rtc=rtc,
+    )
+    return trace_policy(factory, steps=(1, 5), **kwargs)
+
+
 def export_lerobot(
     checkpoint: str | Path,
     out: str | Path,
@@ -130,24 +153,35 @@ def export_lerobot(
     policy_name: str | None = None,
     vlm_dir: str | Path | None = None,
     rtc: bool = False,
+    lerobot_python: str | None = None,
 ) -> Any:
-    """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle."""
-    from runtime.bundle.export import export_bundle
+    """``lerobot-runtime export --lerobot CHECKPOINT``: the checkpoint's inference path as a bundle.
 
-    factory, kwargs = lerobot_export_plan(
-        checkpoint,
-        n_action_steps=n_action_steps,
-        action_names=action_names,
-        policy_name=policy_name,
-        vlm_dir=vlm_dir,
-        rtc=rtc,
-    )
-    return export_bundle(
-        factory,
-        out,
-        device=device,
-        precision=precision,
-        control_rate_hz=control_rate_hz,
-        tolerance=tolerance,
-        **kwargs,
+    Traced by the LeRobot release that wrote the checkpoint (runtime.bundle.lerobot.stacks): here when
+    this Python has it, else in a child on the Python that does; lowered and proved here."""
+    from runtime.bundle.export import build_bundle, check_device_present, check_precision
+    from runtime.bundle.lerobot.stacks import find_stack, written_by
+
+    check_device_present(device)
+    check_precision(precision)
+    ckpt = read_checkpoint(checkpoint)
+    release = written_by(ckpt.config)
+    stack = find_stack(release, explicit=lerobot_python, why=f"{ckpt.path}: ")
+    options: dict[str, Any] = {
+        "n_action_steps": n_action_steps,
+        "action_names": action_names,
+        "policy_name": policy_name,
+        "vlm_dir": str(vlm_dir) if vlm_dir is not None else None,
+        "rtc": rtc,
+    }
+    log.info("%s: written by LeRobot %s.x; traced with %s", ckpt.path, release, stack.describe())
+    if stack.current:
+        trace = trace_lerobot(ckpt.path, **options)
+    else:
+        from runtime.bundle.lerobot.trace_child import trace_in
+
+        trace = trace_in(stack.python, ckpt.path, options)
+    trace.source["written_by"] = release
+    return build_bundle(
+        trace, out, device=device, precision=precision, control_rate_hz=control_rate_hz, tolerance=tolerance
     )

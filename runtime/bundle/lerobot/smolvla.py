@@ -62,6 +62,7 @@ before tracing (``check``):
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -202,12 +203,20 @@ def _check_masks(original: Any) -> None:
             )
 
 
+def resize_module() -> Any:
+    """The module whose ``F.interpolate`` SmolVLA's ``resize_with_pad`` calls: LeRobot 0.4 defines it in
+    ``modeling_smolvla``, 0.6 in ``policies.common.vla_utils``."""
+    from lerobot.policies.smolvla import modeling_smolvla
+
+    return importlib.import_module(modeling_smolvla.resize_with_pad.__module__)
+
+
 @contextlib.contextmanager
 def _traceable(embeddings: Any, position_ids: torch.Tensor, resize: _MatrixResize) -> Iterator[None]:
     from lerobot.policies.smolvla import modeling_smolvla, smolvlm_with_expert
 
     with (
-        mock.patch.object(modeling_smolvla, "F", resize),
+        mock.patch.object(resize_module(), "F", resize),
         _static_vision_positions(embeddings, position_ids),
         mock.patch.object(smolvlm_with_expert, "apply_rope", _apply_rope),
         mock.patch.object(modeling_smolvla, "torch", _TorchCountingInIntegers()),
@@ -298,6 +307,16 @@ def _check_guidance(rtc_config: Any) -> None:
             )
 
 
+def _appends_newline(steps: Any) -> bool:
+    """Whether the preprocessor ends the task with a newline, asked of its steps rather than of their class
+    names (LeRobot 0.4 calls the step ``SmolVLANewLineProcessor``, 0.6 ``NewLineTaskProcessorStep``)."""
+    for step in steps:
+        complementary = getattr(step, "complementary_data", None)
+        if callable(complementary) and complementary({"task": "a task"}).get("task") == "a task\n":
+            return True
+    return False
+
+
 class SmolvlaFamily(Family):
     policy_type = "smolvla"
     policy_class = ("lerobot.policies.smolvla.modeling_smolvla", "SmolVLAPolicy")
@@ -367,7 +386,7 @@ class SmolvlaFamily(Family):
         from lerobot.policies.smolvla import modeling_smolvla, smolvlm_with_expert
 
         _check_rope(smolvlm_with_expert.apply_rope)
-        self._prepare_resize(modeling_smolvla)
+        self._prepare_resize()
         _check_masks(modeling_smolvla.make_att_2d_masks)
         if not torch.equal(got, want):
             raise ExportError(
@@ -376,26 +395,26 @@ class SmolvlaFamily(Family):
                 "another way"
             )
 
-    def _prepare_resize(self, modeling_smolvla: Any) -> None:
-        """Record the cameras' resizes (their matrices), and check the matrix form against F.interpolate."""
-        size = self.policy.config.resize_imgs_with_padding
-        if size is None:
+    def _prepare_resize(self) -> None:
+        """Record the cameras' resizes (their matrices) through the policy's own ``prepare_images``, and check
+        the matrix form against F.interpolate."""
+        if self.policy.config.resize_imgs_with_padding is None:
             return
         gen = torch.Generator().manual_seed(0)
-        for f in self.checkpoint.inputs:
-            if f.type != "VISUAL":
-                continue
-            img = torch.rand(1, *f.shape, generator=gen)
-            want = modeling_smolvla.resize_with_pad(img, *size, pad_value=0)
-            with mock.patch.object(modeling_smolvla, "F", self.resize):
+        cameras = [f for f in self.checkpoint.inputs if f.type == "VISUAL"]
+        batch = {f.name: torch.rand(1, *f.shape, generator=gen) for f in cameras}
+        with torch.no_grad():
+            want, _ = self.policy.prepare_images(batch)
+            with mock.patch.object(resize_module(), "F", self.resize):
                 self.resize.recording = True
                 try:
-                    modeling_smolvla.resize_with_pad(img, *size, pad_value=0)
+                    self.policy.prepare_images(batch)
                 finally:
                     self.resize.recording = False
-                got = modeling_smolvla.resize_with_pad(img, *size, pad_value=0)
-            error = float((got - want).abs().max())
-            if got.shape != want.shape or not error < 1e-5:
+                got, _ = self.policy.prepare_images(batch)
+        for f, g, w in zip(cameras, got, want, strict=True):
+            error = float((g - w).abs().max())
+            if g.shape != w.shape or not error < 2e-5:  # prepare_images scales to [-1, 1]: twice F's rounding
                 raise ExportError(
                     f"SmolVLA: camera {f.name}: the resize as matrix products differs from F.interpolate by "
                     f"{error:.3g} (expected float rounding only)"
@@ -427,8 +446,6 @@ class SmolvlaFamily(Family):
         return {OBS_LANGUAGE_TOKENS: ((length,), torch.int64), OBS_LANGUAGE_MASK: ((length,), torch.bool)}
 
     def language(self) -> dict[str, Any]:
-        from lerobot.policies.smolvla.processor_smolvla import SmolVLANewLineProcessor
-
         from runtime.bundle.tokenizer import MAX_TASK_BYTES, tokenizer_definition
 
         step = self._tokenizer_step()
@@ -439,7 +456,7 @@ class SmolvlaFamily(Family):
             "tokens_input": OBS_LANGUAGE_TOKENS,
             "mask_input": OBS_LANGUAGE_MASK,
             "max_length": int(step.max_length),
-            "append_newline": any(isinstance(s, SmolVLANewLineProcessor) for s in self.loaded.preprocessor.steps),
+            "append_newline": _appends_newline(self.loaded.preprocessor.steps),
             "max_task_bytes": MAX_TASK_BYTES,
         }
 
