@@ -391,7 +391,8 @@ def build_bundle(
                 case_entry = replace(manifest.test_case, tolerance=tol, basis=basis)
                 replace(manifest, test_case=case_entry).write(stage)
                 log.info(
-                    "the load gate passed on this machine (%s engine, %s): %s; tolerance %s",
+                    "the load gate %s on this machine (%s engine, %s): %s; tolerance %s",
+                    "ran below the program's precision" if found.get("below_program") else "passed",
                     found["engine"],
                     found["precision"],
                     found["describe"],

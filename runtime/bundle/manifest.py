@@ -84,25 +84,21 @@ class ToleranceBasis:
 
     def describe(self, tolerance: float) -> str:
         """One line for ``check`` and the log: the tolerance, where it came from, what was measured."""
-        if self.how == "given":
-            said = f"{tolerance:.3g}, given at export (--tolerance)"
-        elif self.how == "default":
-            return f"{tolerance:.3g}, the default (not measured at export)"
-        else:
-            said = (
-                f"{tolerance:.3g}, measured at export: {self.margin:g} x the larger spread below, "
-                f"floor {self.floor:.3g}"
-            )
         parts = []
         if self.reference_spread is not None:
-            parts.append(
-                f"reference f32 vs f64 {self.reference_spread:.3g}" + (f" ({self.traced_by})" if self.traced_by else "")
-            )
+            by = f" ({self.traced_by})" if self.traced_by else ""
+            parts.append(f"the reference at f32 against f64, {self.reference_spread:.3g}{by}")
         if self.lowered_error is not None:
-            parts.append(
-                f"lowered program {self.lowered_error:.3g}" + (f" ({self.lowered_by})" if self.lowered_by else "")
-            )
-        return said + ("; measured spread: " + ", ".join(parts) if parts else "; no spread measured")
+            by = f" ({self.lowered_by})" if self.lowered_by else ""
+            parts.append(f"the lowered program against the reference, {self.lowered_error:.3g}{by}")
+        measured = "; ".join(parts) or "nothing"
+        if self.how == "default":
+            return f"{tolerance:.3g}, the default (not measured at export)"
+        if self.how == "given":
+            return f"{tolerance:.3g}, given at export (--tolerance); measured then: {measured}"
+        return (
+            f"{tolerance:.3g}, measured at export: {self.margin:g} x the larger of {measured} (floor {self.floor:.3g})"
+        )
 
 
 @dataclass(frozen=True)

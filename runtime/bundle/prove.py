@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,22 +27,12 @@ log = logging.getLogger(__name__)
 GATE_REPORT = "gate.json"
 
 
-def _cpu_flags() -> str:
-    """The CPU's arithmetic that decides what OpenVINO's kernels compute (for the record of a measurement)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_int8")
-    have = [f for f in wanted if f in flags]
-    return " ".join(have) or "no AVX2"
-
-
 def run_gate(bundle: str, device: str, report_path: str) -> None:
     """In a child process: load ``bundle`` as the daemon does (parity replays included) and write what the
     gate found to ``report_path``. A failed parity is reported, not raised: the parent decides."""
     from runtime.engine.config import EngineConfig
+    from runtime.engine.devices import cpu_flags
+    from runtime.engine.executorch_engine import lower_arithmetic
     from runtime.engine.loader import LoadReport, load_engine
 
     # the parent says what the gate found; the loader's "serving anyway" would be misleading here
@@ -55,13 +46,17 @@ def run_gate(bundle: str, device: str, report_path: str) -> None:
         info = engine.info
         parity = report.parity
         assert parity is not None, "load_engine runs the parity gate"
+        program = engine.manifest.programs[info.device].precision
         out = {
             "engine": info.engine,
             "device": info.device,
             "precision": info.precision,
+            "program_precision": program,
+            # the executorch engine ran a float program below its precision: the daemon's default refuses that
+            "below_program": info.engine == "executorch" and lower_arithmetic(program, info.precision),
             "parity": parity.to_json(),
             "describe": parity.describe(),
-            "cpu": _cpu_flags(),
+            "cpu": cpu_flags(),
             "ready_ms": report.timing_ms.get("ready"),
         }
     finally:
@@ -107,6 +102,11 @@ def derive(
     precision = str(found["precision"])
     error = float(parity["max_abs_err"])
     lowered_by = f"{found['engine']} engine at {precision} on {found['device']} ({found['cpu']})"
+    if not math.isfinite(error):
+        raise ExportError(
+            f"the exported program fails its own load gate on this machine: {found['describe']}; nothing was "
+            "written; the program returns a non-finite value: it cannot be served"
+        )
     if "f32" in given:
         basis["f32"] = ToleranceBasis(
             "given",
@@ -140,14 +140,28 @@ def derive(
             traced_by=traced_by,
         )
     limit = tolerance.get(precision, tolerance["f32"]) if precision != "int8" else tolerance["int8"]
-    if not (error <= limit):
-        remedy = (
-            f"export it with --tolerance {precision}={2 * error:.2g} if that error is acceptable for this policy"
-            if error == error and error != float("inf")
-            else "the program returns a non-finite value: it cannot be served"
+    if not error <= limit and int(parity.get("failed_run", 0)) > 1:
+        raise ExportError(
+            f"the exported program fails its own load gate on this machine: {found['describe']}: its answers "
+            f"change from one inference to the next (right before replay {parity['failed_run']}), state carried "
+            "between inferences that no tolerance makes right; nothing was written"
         )
+    if not error <= limit and found.get("below_program"):
+        # what this machine computes is not what the bundle serves by default (the daemon refuses it unless
+        # engine.accept_lower_arithmetic): said, not a reason to refuse a program other machines run at its precision
+        log.warning(
+            "the executorch engine runs this %s program at %s on this machine (ExecuTorch's OpenVINO backend "
+            "passes no precision), where it misses its reference: %s; the daemon here refuses to serve it at %s "
+            "unless engine.accept_lower_arithmetic, and would then refuse it at the load gate",
+            found["program_precision"],
+            precision,
+            found["describe"],
+            precision,
+        )
+    elif not error <= limit:
         raise ExportError(
             f"the exported program fails its own load gate on this machine: {found['describe']} "
-            f"(the {found['engine']} engine computed at {precision}); nothing was written; {remedy}"
+            f"(the {found['engine']} engine computed at {precision}); nothing was written; export it with "
+            f"--tolerance {precision}={2 * error:.2g} if that error is acceptable for this policy"
         )
     return tolerance, basis

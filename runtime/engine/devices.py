@@ -13,6 +13,21 @@ def base_device(name: str) -> str:
     return name.split(".", 1)[0]
 
 
+# The CPU features that decide what OpenVINO's CPU kernels compute (said with every measurement).
+ARITHMETIC_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> str:
+    """This CPU's ARITHMETIC_FLAGS, as ``avx2 avx512f avx512_bf16`` (from /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((x for x in f if x.startswith("flags")), "")
+    except OSError:
+        return "unknown CPU"
+    flags = set(line.split(":", 1)[-1].split())
+    return " ".join(f for f in ARITHMETIC_FLAGS if f in flags) or "no AVX2"
+
+
 def present_devices() -> list[str]:
     import openvino as ov
 

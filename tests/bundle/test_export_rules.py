@@ -247,8 +247,11 @@ class Lowering:
         return self.program
 
 
-def gate_found(error: float = 1e-6, precision: str = "f32") -> dict[str, Any]:
-    """What the load gate child reports (runtime.bundle.prove.run_gate) for an error and a precision."""
+def gate_found(
+    error: float = 1e-6, precision: str = "f32", *, engine: str = "openvino", program: str = "f32"
+) -> dict[str, Any]:
+    """What the load gate child reports (runtime.bundle.prove.run_gate) for an error, the precision it ran
+    at and the program's own."""
     parity = {
         "max_abs_err": error,
         "tolerance": 1e-3,
@@ -262,9 +265,11 @@ def gate_found(error: float = 1e-6, precision: str = "f32") -> dict[str, Any]:
         "failed_run": 0,
     }
     return {
-        "engine": "openvino",
+        "engine": engine,
         "device": "CPU",
         "precision": precision,
+        "program_precision": program,
+        "below_program": engine == "executorch" and program == "f32" and precision != "f32",
         "parity": parity,
         "describe": f"max abs error {error:.3g} over 16 replays",
         "cpu": "avx2",

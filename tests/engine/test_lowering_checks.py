@@ -141,9 +141,18 @@ def test_int64_cumsum_is_warned_about_and_the_parity_gate_catches_its_wrong_valu
     np.testing.assert_array_equal(model(x).numpy(), [[8.0, 24.0, 48.0]])
     assert not np.array_equal(got.numpy(), model(x).numpy())  # computed in 32 bits here
 
-    with caplog.at_level(logging.WARNING, logger="runtime.bundle.lowering_checks"):
-        export_bundle(lambda: (_models()["cumsum"](), {"x": x}), tmp_path / "b", action_names=("a", "b", "c"))
+    def factory() -> tuple[Any, dict[str, Any]]:
+        return _models()["cumsum"](), {"x": x}
+
+    with (
+        caplog.at_level(logging.WARNING, logger="runtime.bundle.lowering_checks"),
+        pytest.raises(ExportError, match="closely enough to be f32 rounding") as err,
+    ):
+        export_bundle(factory, tmp_path / "refused", action_names=("a", "b", "c"))
     warnings = [r.getMessage() for r in caplog.records]
     assert any("int64 aten::cumsum at 'aten_cumsum_default'" in w and "32 bits" in w for w in warnings)
+    assert "got -2, reference 8" in str(err.value) and not (tmp_path / "refused").exists()
+    # written unproved, the load gate refuses it on the robot just the same
+    export_bundle(factory, tmp_path / "b", action_names=("a", "b", "c"), prove_on_export=False)
     with pytest.raises(ParityError, match="max abs error"):
         load_engine(EngineConfig(bundle=str(tmp_path / "b"), warmup_runs=0, parity_runs=2))
