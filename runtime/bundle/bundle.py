@@ -33,6 +33,9 @@ class TestCase:
     tolerance: dict[str, float]
     scale: dict[str, tuple[float, ...]] = field(default_factory=dict)
     scale_source: str = "absolute"
+    # what ``outputs`` are: the eager reference, or what the program computed when it was loaded (a
+    # program served with allow_parity_failure is held to that by the canary: drift, not the reference)
+    baseline: str = "the reference"
 
 
 @dataclass(frozen=True)

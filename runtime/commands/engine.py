@@ -89,8 +89,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--action-names",
         help="comma-separated joint names (default: from the checkpoint, else SO-101 joints for a 6-dim factory)",
     )
-    p.add_argument("--image-inputs", help="comma-separated names of the camera inputs (default: uint8 HxWxC inputs "
-                   "and inputs whose name contains 'image')")
+    p.add_argument(
+        "--image-inputs",
+        help="comma-separated names of the camera inputs (default: uint8 HxWxC inputs "
+        "and inputs whose name contains 'image')",
+    )
     p.add_argument("--n-action-steps", type=int, help="--lerobot: steps of each chunk to serve (default: the config's)")
     p.add_argument(
         "--vlm-dir",
@@ -159,9 +162,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     _add_engine_options(p)
     p.add_argument("--runs", type=int, default=30, help="timed inferences after warm-up (default 30)")
-    p.add_argument(
-        "--parity-runs", type=int, default=16, help="replays of the test case, each checked (default 16)"
-    )
+    p.add_argument("--parity-runs", type=int, default=16, help="replays of the test case, each checked (default 16)")
     p.add_argument("--allow-parity-failure", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check)
@@ -330,6 +331,23 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         "torch_imported": "torch" in sys.modules,
         "program_precision": bundle.manifest.programs[engine.info.device].precision,
         "quantization": dict(bundle.manifest.quantization),
+        "tolerance": _tolerance_json(bundle.manifest, engine),
+        "source": {k: v for k, v in bundle.manifest.source.items() if k in ("kind", "written_by", "stack")},
+    }
+
+
+def _tolerance_json(manifest: Any, engine: Any) -> dict[str, Any]:
+    """The tolerance that held this engine's outputs, where it came from and the spread measured at export."""
+    from runtime.engine.loader import case_precision
+
+    precision = case_precision(engine)
+    basis = manifest.test_case.basis.get(precision)
+    return {
+        "precision": precision,
+        "value": manifest.test_case.tolerance.get(precision),
+        "how": basis.how if basis is not None else "default",
+        "basis": basis.to_json() if basis is not None else None,
+        "said": manifest.test_case.describe_tolerance(precision),
     }
 
 
@@ -353,6 +371,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"  parity: {'ok' if p['ok'] else 'FAILED'}, max abs error {p['max_abs_err']:.3g} "
             f"in {_units(p.get('units', 'absolute'))} "
             f"(tolerance {p['tolerance']:.3g}, {p['runs']} replays)\n"
+            f"  tolerance ({result['tolerance']['precision']}): {result['tolerance']['said']}\n"
             f"  latency: median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms over {lat['runs']} runs\n"
             f"  ready in {result['timing_ms']['ready']:.0f} ms; resident memory {result['rss_mb']:.0f} MiB; "
             f"torch imported: {result['torch_imported']}"

@@ -78,6 +78,8 @@ class Canary:
         self._next = clock() + interval_s
         self.interval_s = interval_s
         self.state = CanaryState(interval_s)
+        # a program served despite a failed gate is held to what it computed at load: said in a failure
+        self._against = "" if case.baseline == "the reference" else f" (against {case.baseline})"
 
     @property
     def failure(self) -> str | None:
@@ -134,7 +136,7 @@ class Canary:
         )
         if error is not None:
             failure = (
-                f"verification failed on canary check {state.checks}: {error}; "
+                f"verification failed on canary check {state.checks}: {error}{self._against}; "
                 "the engine's answers can no longer be trusted, reload the policy"
             )
             state = replace(state, failed=True, failure=failure)

@@ -25,6 +25,7 @@ import runtime.bundle.lerobot
 import runtime.bundle.quantize
 import runtime.commands.engine
 import runtime.engine.loader
+from runtime.bundle.manifest import TestCaseEntry, ToleranceBasis
 from runtime.cli import build_parser, main
 from runtime.commands.engine import parse_cpu_list, parse_devices
 from runtime.engine.config import EngineConfig
@@ -204,6 +205,17 @@ def test_the_export_options() -> None:
             "flow towards it, LeRobot's RTC; on by itself when the checkpoint's rtc_config enables it)",
         ),
         (
+            "--lerobot-python",
+            None,
+            None,
+            None,
+            False,
+            "PYTHON",
+            "--lerobot: a Python with the LeRobot release that wrote the checkpoint, which traces it (default: "
+            "this Python, $LEROBOT_RUNTIME_LEROBOT_PYTHON or .venv-lerobot-<release> beside the checkout, "
+            "whichever has that release)",
+        ),
+        (
             "--tolerance",
             None,
             None,
@@ -211,7 +223,7 @@ def test_the_export_options() -> None:
             False,
             "PREC=ERR,...",
             "parity tolerance per precision, in the test case's units (normalised action units for LeRobot "
-            "checkpoints), e.g. f32=1e-4,bf16=0.05",
+            "checkpoints), e.g. f32=1e-4,bf16=0.05; the f32 one is measured at export when not given",
         ),
         ("--control-rate-hz", 30.0, float, None, False, None, None),
     ]
@@ -444,6 +456,7 @@ def test_export_of_a_factory_hands_over_every_option(exports: list[Any], capsys:
 def test_export_of_a_checkpoint_hands_over_every_option(exports: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "--lerobot", "/ckpt", "--out", "/out"]) == 0
     argv = ["--n-action-steps", "10", "--action-names", "x", "--name", "v", "--vlm-dir", "/vlm", "--rtc"]
+    argv += ["--lerobot-python", "/py"]
     assert main(["export", "--lerobot", "/ckpt", "--out", "/o", "--precision", "f16", *argv, "--tolerance", "t"]) == 0
     assert exports == [
         (
@@ -459,6 +472,7 @@ def test_export_of_a_checkpoint_hands_over_every_option(exports: list[Any], caps
                 "policy_name": None,
                 "vlm_dir": None,
                 "rtc": False,
+                "lerobot_python": None,
             },
         ),
         (
@@ -474,6 +488,7 @@ def test_export_of_a_checkpoint_hands_over_every_option(exports: list[Any], caps
                 "policy_name": "v",
                 "vlm_dir": "/vlm",
                 "rtc": True,
+                "lerobot_python": "/py",
             },
         ),
     ]
@@ -548,9 +563,10 @@ class Clock:
 class Engine:
     def __init__(self, clock: Clock, calls: list[Any]) -> None:
         self.clock, self.calls = clock, calls
-        self.manifest = SimpleNamespace(policy_name="act")
+        self.manifest = SimpleNamespace(policy_name="act", programs={"CPU": SimpleNamespace(precision="f32")})
         self.info = SimpleNamespace(
             device="CPU",
+            precision="bf16",
             to_json=lambda: {
                 "bundle": "not shown",
                 "engine": "openvino",
@@ -568,6 +584,14 @@ class Engine:
 
     def close(self) -> None:
         self.calls.append("closed")
+
+
+TEST_CASE = TestCaseEntry(
+    file="test_case.npz",
+    sha256="0" * 64,
+    tolerance={"f32": 4e-5, "bf16": 0.05},
+    basis={"bf16": ToleranceBasis("measured", reference_spread=2e-6, lowered_error=1e-5, lowered_by="openvino bf16")},
+)
 
 
 @pytest.fixture
@@ -607,7 +631,10 @@ def check(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
             return SimpleNamespace(
                 test_case=lambda: SimpleNamespace(inputs="case inputs"),
                 manifest=SimpleNamespace(
-                    programs={"CPU": SimpleNamespace(precision="f32")}, quantization=seen.quantization
+                    programs={"CPU": SimpleNamespace(precision="f32")},
+                    quantization=seen.quantization,
+                    test_case=TEST_CASE,
+                    source={"kind": "lerobot", "written_by": "0.6", "stack": {"torch": "2.11.0"}, "other": 1},
                 ),
             )
 
@@ -689,6 +716,14 @@ def test_check_loads_with_the_options_given_times_the_runs_and_reports_as_json(
         "torch_imported": False,
         "program_precision": "f32",
         "quantization": {},
+        "tolerance": {
+            "precision": "bf16",
+            "value": 0.05,
+            "how": "measured",
+            "basis": TEST_CASE.basis["bf16"].to_json(),
+            "said": TEST_CASE.describe_tolerance("bf16"),
+        },
+        "source": {"kind": "lerobot", "written_by": "0.6", "stack": {"torch": "2.11.0"}},
     }
 
 
@@ -713,6 +748,7 @@ def test_check_prints_a_report_for_people(
         "/bundles/act: policy act on CPU via openvino (bf16: program f32, arithmetic bf16; 3 threads on CPUs "
         "[1, 2, 3])\n"
         "  parity: ok, max abs error 0.000123 in absolute units (tolerance 0.001, 16 replays)\n"
+        f"  tolerance (bf16): {TEST_CASE.describe_tolerance('bf16')}\n"
         "  latency: median 2.50 ms, p90 3.00 ms over 2 runs\n"
         "  ready in 1234 ms; resident memory 300 MiB; torch imported: True\n"
     )

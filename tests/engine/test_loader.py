@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from runtime.bundle.bundle import TestCase
+from runtime.bundle.manifest import TestCaseEntry
 from runtime.engine import executorch_engine, loader
 from runtime.engine.config import EngineConfig
 from runtime.engine.executorch_engine import lower_arithmetic_refusal
@@ -49,7 +50,12 @@ class World:
             "GPU": SimpleNamespace(file="programs/gpu.pte", precision="f16", openvino_version=OV),
         }
         self.manifest = SimpleNamespace(
-            programs=self.entries, policy_name="tiny", int8_float_precision=None, int8_crashes="", quantization={}
+            programs=self.entries,
+            policy_name="tiny",
+            int8_float_precision=None,
+            int8_crashes="",
+            quantization={},
+            test_case=TestCaseEntry("test_case.npz", "0" * 64, {"f32": 1e-4}),
         )
         self.case = TestCase({STATE: np.array([1.0, 2.0], np.float32)}, {ACTION: REF.copy()}, {"f32": 1e-4})
         self.present = ["CPU"]
@@ -440,20 +446,47 @@ def test_a_parity_failure_is_refused_and_the_engine_closed(world: World) -> None
     assert report.parity is not None and not report.parity.ok and report.parity.failed_run == 2
     assert str(info.value) == (
         f"{world.path}: the program does not reproduce its reference; refusing to serve: "
-        f"{report.parity.describe()}. Re-export the bundle, or set engine.allow_parity_failure = true "
-        "(--allow-parity-failure) to override"
+        f"{report.parity.describe()}; tolerance 0.0001, the default (not measured at export). The bundle's f32 "
+        "tolerance was not measured when it was exported: export it again (an export now measures it and proves "
+        "the bundle on the exporting machine); or engine.allow_parity_failure = true (--allow-parity-failure) "
+        "serves it anyway, the canary then holding it to what it computes here"
     )
     assert built.closed == 1 and built.test_case is None and len(built.runs) == 2
     assert "on replay 2 of 3" in str(info.value)
 
 
 def test_a_parity_failure_allowed_serves_anyway(world: World) -> None:
-    world.errors = [0.5]
+    world.errors = [0.5, 0.5]
     report = LoadReport()
     engine = load_engine(config(world, allow_parity_failure=True, warmup_runs=1, parity_runs=2), report=report)
     assert report.parity is not None and not report.parity.ok
-    assert engine.test_case is world.case and world.engines[0].closed == 0
-    assert len(world.engines[0].runs) == 2  # the failing replay, then the warm-up
+    assert world.engines[0].closed == 0
+    assert len(world.engines[0].runs) == 3  # the failing replay, what the program computes now, the warm-up
+    # the canary holds it to what it computed at load, not to the reference it was accepted missing: the same
+    # error is not refused seconds later, a drift from it is
+    case = engine.test_case
+    assert case is not None and case.baseline == "what the program computed when it was loaded"
+    expected = REF.copy()
+    expected[1, 0] += 0.5
+    assert np.array_equal(case.outputs[ACTION], expected) and case.inputs is world.case.inputs
+    assert case.tolerance == world.case.tolerance
+
+
+def test_a_parity_failure_on_a_bundle_proved_on_another_cpu_says_to_export_it_here(world: World) -> None:
+    from dataclasses import replace
+
+    from runtime.bundle.manifest import ToleranceBasis
+
+    basis = ToleranceBasis("measured", lowered_error=1e-5, lowered_by="openvino engine at f32 on CPU (avx2)")
+    world.manifest.test_case = replace(world.manifest.test_case, basis={"f32": basis})
+    world.errors = [0.5]
+    with pytest.raises(ParityError) as info:
+        load_engine(config(world, parity_runs=1))
+    assert "The bundle was proved on another CPU (openvino engine at f32 on CPU (avx2); this one: " in str(info.value)
+    assert str(info.value).endswith(
+        "export it on this machine, which measures its tolerance here; or engine.allow_parity_failure = true "
+        "(--allow-parity-failure) serves it anyway, the canary then holding it to what it computes here"
+    )
 
 
 def test_a_device_present_without_a_program_is_passed_over_naming_the_bundle(world: World) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from runtime.engine.parity import compare, run_parity
 from runtime.errors import ConfigError, ParityError
 from tests.engine.arithmetic import executorch_options
 from tests.engine.drifting import ACTION, DRIFT, DriftingEngine, drift_case
+
+torch = pytest.importorskip("torch")
 
 DRIFT_BY = 0.5  # how far the exported drifting program goes wrong (below)
 
@@ -158,31 +161,55 @@ def test_an_engine_that_raises_on_its_test_case_fails_the_canary() -> None:
     assert canary.failure is not None and "the test case no longer runs: RuntimeError: device lost" in canary.failure
 
 
+class Drift(torch.nn.Module):  # type: ignore[misc]
+    """A program that carries state (a buffer it adds 1 to on each call) and is wrong by DRIFT_BY from
+    its third call on: ExecuTorch keeps the buffer, OpenVINO computes the rest."""
+
+    @staticmethod
+    def factory() -> tuple[Any, dict[str, Any]]:
+        return Drift(), {"observation.state": torch.rand(6)}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(6, 12)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1.0)
+        return self.head(state).reshape(2, 6) + DRIFT_BY * torch.clamp(self.calls - 2.0, 0.0, 1.0)
+
+
 @pytest.fixture(scope="module")
 def drift_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real exported bundle whose program carries state (a buffer it adds 1 to on each call) and is
-    wrong by 0.5 from its third call on: ExecuTorch keeps the buffer, OpenVINO computes the rest."""
-    import torch
-
+    """The drifting program (Drift) as a bundle."""
     from runtime.bundle.export import export_bundle
-
-    class Drift(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.head = torch.nn.Linear(6, 12)
-            self.register_buffer("calls", torch.zeros(1))
-
-        def forward(self, state: torch.Tensor) -> torch.Tensor:
-            self.calls.add_(1.0)
-            return self.head(state).reshape(2, 6) + DRIFT_BY * torch.clamp(self.calls - 2.0, 0.0, 1.0)
 
     path = tmp_path_factory.mktemp("drift") / "bundle"
     with warnings.catch_warnings():
         # ExecuTorch warns that a mutated buffer starts from an unspecified state (zeros in practice):
         # the counter only has to count
         warnings.filterwarnings("ignore", message="Mutation on a buffer")
-        export_bundle(lambda: (Drift(), {"observation.state": torch.rand(6)}), path, action_names=tuple("abcdef"))
+        # unproved: the export's own gate refuses it (below)
+        export_bundle(Drift.factory, path, action_names=tuple("abcdef"), prove_on_export=False)
     return path
+
+
+@pytest.mark.export
+def test_the_export_refuses_a_program_that_goes_wrong_later_and_writes_nothing(tmp_path: Path) -> None:
+    from runtime.bundle.export import export_bundle
+    from runtime.errors import ExportError
+
+    with warnings.catch_warnings(), pytest.raises(ExportError) as err:
+        warnings.filterwarnings("ignore", message="Mutation on a buffer")
+        export_bundle(Drift.factory, tmp_path / "b", action_names=tuple("abcdef"))
+    said = str(err.value)
+    assert said.startswith("the exported program fails its own load gate on this machine: max abs error ")
+    assert said.endswith(
+        "its answers change from one inference to the next (right before replay 3), state carried between "
+        "inferences that no tolerance makes right; nothing was written"
+    )
+    assert _error_in(said) == pytest.approx(DRIFT_BY, abs=0.01)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.export
