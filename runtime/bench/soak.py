@@ -346,11 +346,12 @@ def _client(endpoint: str, seconds: float) -> int:
                 obs[spec.name] = rng.integers(0, 256, size=spec.shape).astype(dtype)
             else:
                 obs[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+        task = "Pick up the red cube and place it in the box." if info.takes_task else None
         started = time.monotonic()
         end = started + seconds
         while time.monotonic() < end:
             try:
-                client.infer(obs)
+                client.infer(obs, task=task)
                 replies += 1
             except ServerError as e:
                 errors[e.code] += 1

@@ -24,6 +24,23 @@ SO101_ACTION_NAMES = (
 )
 Size = Literal["tiny", "default", "act"]
 PolicyType = Literal["act", "diffusion", "tdmpc", "vqbet"]
+# "trained": every weight matrix redrawn at the scale a trained network's have (std 1/sqrt(fan_in)),
+# which is what its numerical spread depends on; "init": the modules' own initialisation (smaller).
+Weights = Literal["trained", "init"]
+
+
+def scale_like_trained(module: Any, seed: int) -> None:
+    """Redraw every weight matrix and convolution kernel of ``module`` from N(0, 1/fan_in), as trained ones
+    are scaled (initialisers draw them smaller: transformers' 0.02, PyTorch's uniform 1/sqrt(3 fan_in));
+    norms, biases and buffers keep their values."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            if param.dim() >= 2:
+                fan_in = param[0].numel()
+                param.copy_(torch.randn(param.shape, generator=gen) / fan_in**0.5)
 
 
 def _stats(torch: Any, cameras: tuple[str, ...], dim: int, seed: int) -> dict[str, dict[str, Any]]:
@@ -128,11 +145,14 @@ def write_checkpoint(
     seed: int = 0,
     cameras: tuple[str, ...] = ("front",),
     n_obs_steps: int | None = None,
+    weights: Weights | None = None,
 ) -> Path:
     """Write a checkpoint directory as LeRobot's training does: policy, preprocessor, postprocessor.
 
     ``cameras``: the image features, ``observation.images.<name>`` each (an SO-101 setup records
-    ``front`` and ``wrist``); ``n_obs_steps``: the frames a VQ-BeT looks at (the size's own otherwise)."""
+    ``front`` and ``wrist``); ``n_obs_steps``: the frames a VQ-BeT looks at (the size's own otherwise).
+    ``weights``: ``trained`` scale (the default for ACT) or the modules' ``init`` (the default for the
+    others, whose planners and codebooks the tests read at that scale)."""
     import_lerobot()
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
@@ -201,6 +221,8 @@ def write_checkpoint(
             **shape,
         )
         policy = DiffusionPolicy(cfg)
+    if (weights or ("trained" if policy_type == "act" else "init")) == "trained":
+        scale_like_trained(policy, seed)
     pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(torch, names, 6, seed))
     path = Path(out)
     policy.save_pretrained(path)
@@ -211,6 +233,7 @@ def write_checkpoint(
 
 if __name__ == "__main__":
     # python -m runtime.policies.lerobot_checkpoints OUT_DIR [act|diffusion|tdmpc|vqbet] [tiny|default] [front,wrist]
+    # (run by the Python of the LeRobot release that is to write it)
     import sys
 
     args = sys.argv[1:]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from runtime.policies.lerobot_checkpoints import Weights
+
 Size = Literal["tiny", "default"]
 
 # SmolVLM's own special tokens (its tokenizer_config.json names them the same way)
@@ -185,17 +187,20 @@ def write_smolvla(
     size: Size = "tiny",
     *,
     vlm_dir: str | Path | None = None,
-    image_hw: tuple[int, int] | None = None,
+    image_hw: tuple[int, int] | dict[str, tuple[int, int]] | None = None,
     cameras: tuple[str, ...] = ("front",),
     seed: int = 0,
     rtc: dict[str, Any] | None = None,
     dataset_stats: dict[str, dict[str, Any]] | None = None,
+    weights: Weights = "trained",
     **overrides: Any,
 ) -> Path:
     """A SmolVLA checkpoint (LeRobot's classes, random weights) whose ``vlm_model_name`` is a local VLM
-    directory (written beside it as ``<out>.vlm`` unless ``vlm_dir`` names one). ``rtc``: real-time
+    directory (written beside it as ``<out>.vlm`` unless ``vlm_dir`` names one). ``image_hw``: every
+    camera's (height, width), or each camera's by name. ``rtc``: real-time
     chunking enabled in its config (``rtc_config``), with these RTCConfig fields. ``dataset_stats``:
-    normalisation statistics (feature -> tensors) in place of the seeded random ones."""
+    normalisation statistics (feature -> tensors) in place of the seeded random ones. ``weights``:
+    ``trained`` scale (runtime.policies.lerobot_checkpoints.scale_like_trained) or the modules' ``init``."""
     from runtime.bundle.lerobot import import_lerobot
 
     import_lerobot()
@@ -206,14 +211,15 @@ def write_smolvla(
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
-    from runtime.policies.lerobot_checkpoints import _stats
+    from runtime.policies.lerobot_checkpoints import _stats, scale_like_trained
 
     path = Path(out)
     vlm = Path(vlm_dir) if vlm_dir is not None else write_vlm(path.parent / f"{path.name}.vlm", size)
     names = tuple(f"observation.images.{c}" for c in cameras)
-    h, w = image_hw or ((96, 128) if size == "tiny" else (480, 640))
+    default_hw = (96, 128) if size == "tiny" else (480, 640)
+    sizes = image_hw if isinstance(image_hw, dict) else dict.fromkeys(cameras, image_hw or default_hw)
     inputs = {
-        **{camera: PolicyFeature(FeatureType.VISUAL, (3, h, w)) for camera in names},
+        **{f"observation.images.{c}": PolicyFeature(FeatureType.VISUAL, (3, *sizes[c])) for c in cameras},
         "observation.state": PolicyFeature(FeatureType.STATE, (6,)),
     }
     outputs = {"action": PolicyFeature(FeatureType.ACTION, (6,))}
@@ -234,6 +240,8 @@ def write_smolvla(
         **{**POLICY_SHAPES[size], **overrides},
     )
     policy = SmolVLAPolicy(cfg)
+    if weights == "trained":
+        scale_like_trained(policy, seed)
     stats = _stats(torch, names, 6, seed)
     stats.update(dataset_stats or {})
     pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
@@ -241,3 +249,20 @@ def write_smolvla(
     pre.save_pretrained(path)
     post.save_pretrained(path)
     return path
+
+
+if __name__ == "__main__":
+    # python -m runtime.policies.smolvla_checkpoint OUT_DIR [tiny|default] [front,wrist] [rtc]
+    # (run by the Python of the LeRobot release that is to write it; the VLM directory is OUT_DIR.vlm;
+    # rtc: real-time chunking enabled, horizon 6 and guidance cap 8)
+    import sys
+
+    args = sys.argv[1:]
+    if not args:
+        raise SystemExit(
+            "usage: python -m runtime.policies.smolvla_checkpoint OUT_DIR [tiny|default] [front,wrist] [rtc]"
+        )
+    cams = tuple(args[2].split(",")) if len(args) > 2 else ("front",)
+    with_rtc = {"execution_horizon": 6, "max_guidance_weight": 8.0} if args[3:4] == ["rtc"] else None
+    size = args[1] if len(args) > 1 else "tiny"
+    print(write_smolvla(args[0], size, cameras=cams, rtc=with_rtc))  # type: ignore[arg-type]

@@ -64,6 +64,14 @@ def action_scale(bundle: Path) -> Any:
     return np.asarray(json.loads((bundle / "manifest.json").read_text())["test_case"]["scale"]["action"])
 
 
+def bundle_tolerance(bundle: Path, precision: str) -> float:
+    """The tolerance the bundle's gate holds ``precision`` to (for f32: measured when it was exported, from
+    the reference's own rounding and what the lowered program computed)."""
+    from runtime.bundle.bundle import Bundle
+
+    return float(Bundle.open(bundle).manifest.test_case.tolerance[precision])
+
+
 def normalised_error(got: Any, want: Any, scale: Any, shape: tuple[int, ...]) -> float:
     """The largest action error in normalised units; both chunks must have ``shape``."""
     import numpy as np

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from runtime.bundle.lerobot import lerobot_available
-from runtime.bundle.manifest import DEFAULT_TOLERANCE
+from tests.engine.arithmetic import bundle_tolerance
 
 REASON = lerobot_available() or (
     None
@@ -33,7 +33,6 @@ pytestmark = [pytest.mark.export, pytest.mark.skipif(REASON is not None, reason=
 IMAGE, STATE, NOISE = "observation.images.front", "observation.state", "noise"
 TOKENS, MASK = "observation.language.tokens", "observation.language.attention_mask"
 CHUNK, STEPS, MAX_ACTION, MAX_TOKENS = 10, 5, 32, 16  # the tiny checkpoint's chunk_size, n_action_steps...
-TOLERANCE = DEFAULT_TOLERANCE["f32"]
 TASKS = (
     "Pick up the red cube and place it in the box.",
     "",  # only the newline LeRobot appends
@@ -80,6 +79,12 @@ class LeRobotPipeline:
 @pytest.fixture(scope="module")
 def lerobot(smolvla_checkpoint: Path, smolvla_vlm: Path) -> LeRobotPipeline:
     return LeRobotPipeline(smolvla_checkpoint, smolvla_vlm)
+
+
+@pytest.fixture(scope="module")
+def tolerance(smolvla_bundle: Path) -> float:
+    """The f32 tolerance the bundle's gate holds it to, measured at export."""
+    return bundle_tolerance(smolvla_bundle, "f32")
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +293,7 @@ def test_exported_program_matches_lerobot_with_tasks_and_noise(
             ids, mask = tokenizer.encode(task)
             got = loaded.run_validated([obs[IMAGE], obs[STATE], ids, mask, noise])["action"]
             want = lerobot.step(obs, task, noise)
-            assert normalised_error(got, want, scale) < DEFAULT_TOLERANCE[loaded.info.precision]
+            assert normalised_error(got, want, scale) < bundle_tolerance(smolvla_bundle, loaded.info.precision)
             assert np.abs(want).max() > 5  # un-normalised actions of real magnitude
             chunks.append(got)
         # the task is an input that matters: same observation and noise, another task, another chunk
@@ -327,7 +332,7 @@ def _server(engine: Any, tmp_path: Path, **config: Any) -> Any:
 
 
 def test_served_chunks_follow_the_task_as_lerobot_does(
-    engine: Any, lerobot: LeRobotPipeline, scale: np.ndarray, short_tmp: Path
+    engine: Any, lerobot: LeRobotPipeline, scale: np.ndarray, tolerance: float, short_tmp: Path
 ) -> None:
     from runtime.client import PolicyClient
 
@@ -342,7 +347,7 @@ def test_served_chunks_follow_the_task_as_lerobot_does(
         for t, task in enumerate((TASKS[0], TASKS[3], TASKS[0], TASKS[5])):
             want = lerobot.step(observation(t), task, next(drawn))
             got = client.infer(observation(t), task=task).actions
-            assert normalised_error(got, want, scale) < TOLERANCE
+            assert normalised_error(got, want, scale) < tolerance
         assert server.tasks is not None and server.tasks.encoded == 3  # the repeated task was cached
 
 
@@ -369,7 +374,7 @@ def _raw_infer(endpoint: str, header: bytes, frames: list[Any]) -> dict[str, Any
 
 
 def test_bad_tasks_are_refused_by_name_and_serving_goes_on(
-    engine: Any, lerobot: LeRobotPipeline, scale: np.ndarray, short_tmp: Path
+    engine: Any, lerobot: LeRobotPipeline, scale: np.ndarray, tolerance: float, short_tmp: Path
 ) -> None:
     import msgpack
 
@@ -406,11 +411,11 @@ def test_bad_tasks_are_refused_by_name_and_serving_goes_on(
         assert (got["code"], got["field"], got["expected"]) == ("bad_request", "body.task", "a UTF-8 string")
         # nothing refused drew noise or reached the engine: the first good request gets the first draw
         want = lerobot.step(obs, TASKS[0], noises(5, 1)[0])
-        assert normalised_error(client.infer(obs, task=TASKS[0]).actions, want, scale) < TOLERANCE
+        assert normalised_error(client.infer(obs, task=TASKS[0]).actions, want, scale) < tolerance
 
 
 def test_control_loop_path_takes_the_task(
-    engine: Any, lerobot: LeRobotPipeline, scale: np.ndarray, short_tmp: Path
+    engine: Any, lerobot: LeRobotPipeline, scale: np.ndarray, tolerance: float, short_tmp: Path
 ) -> None:
     """``submit_local(inputs, on_done, reset=..., task=...)``: the loop's task reaches the program; a
     missing one is reported through on_done, and the server goes on."""
@@ -437,7 +442,7 @@ def test_control_loop_path_takes_the_task(
             want = lerobot.step(observation(t), task, next(drawn))
             got = submit(server, observation(t), task)
             assert isinstance(got, np.ndarray), got
-            assert normalised_error(got, want, scale) < TOLERANCE
+            assert normalised_error(got, want, scale) < tolerance
 
 
 @pytest.mark.timeout(900)  # NNCF calibration and a second lowering: minutes on two shared cores

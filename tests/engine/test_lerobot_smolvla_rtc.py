@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from runtime.bundle.lerobot import lerobot_available
-from runtime.bundle.manifest import DEFAULT_TOLERANCE
+from tests.engine.arithmetic import bundle_tolerance
 from tests.engine.conftest import SMOLVLA_RTC
 
 REASON = lerobot_available() or (
@@ -41,7 +41,6 @@ PREFIX, WEIGHTS, CAP = "rtc.prefix", "rtc.prefix_weights", "rtc.max_guidance_wei
 CHUNK, STEPS, MAX_ACTION, JOINTS = 10, 5, 32, 6
 HORIZON, GUIDANCE = SMOLVLA_RTC["execution_horizon"], SMOLVLA_RTC["max_guidance_weight"]
 TASK = "Pick up the red cube and place it in the box."
-TOLERANCE = DEFAULT_TOLERANCE["f32"]
 # (leftover steps, delay): a leftover shorter than the horizon caps it, one of the whole chunk does not;
 # a delay of 0 still guides softly, one past the horizon freezes every guided step
 CASES = ((6, 2), (3, 0), (CHUNK, 4), (1, 1), (8, 7))
@@ -100,6 +99,12 @@ class LeRobotRTC:
 @pytest.fixture(scope="module")
 def lerobot(smolvla_rtc_checkpoint: Path) -> LeRobotRTC:
     return LeRobotRTC(smolvla_rtc_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def tolerance(smolvla_rtc_bundle: Path) -> float:
+    """The f32 tolerance the bundle's gate holds it to, measured at export."""
+    return bundle_tolerance(smolvla_rtc_bundle, "f32")
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +268,7 @@ def test_the_program_matches_lerobots_rtc_chunk(
     lerobot: LeRobotRTC,
     tokens: tuple[np.ndarray, np.ndarray],
     scale: np.ndarray,
+    tolerance: float,
     engine_name: str,
 ) -> None:
     """Same observation, task, noise, leftover and delay: LeRobot's chunk, within the f32 tolerance;
@@ -270,24 +276,24 @@ def test_the_program_matches_lerobots_rtc_chunk(
     from tests.engine.arithmetic import load_on_this_cpu
 
     loaded, report = load_on_this_cpu(smolvla_rtc_bundle, engine_name)
-    tolerance = DEFAULT_TOLERANCE[loaded.info.precision]
+    held = bundle_tolerance(smolvla_rtc_bundle, loaded.info.precision)
     try:
         assert report.parity.ok  # the test case, with its leftover, replayed through the gate
         for t, (steps, delay) in enumerate(CASES):
             obs, flow, left, rest = case(t, steps, delay, lerobot)
             got = loaded.run_validated(program_inputs(obs, tokens, flow, rest))["action"]
             want = lerobot.step(obs, flow, left, delay)
-            assert error(got, want, scale) < tolerance, (steps, delay)
+            assert error(got, want, scale) < held, (steps, delay)
             plain = lerobot.step(obs, flow)
             # the guidance changed LeRobot's own chunk (both eager f32, whatever precision the engine ran)
-            assert error(want, plain, scale) > 100 * TOLERANCE
+            assert error(want, plain, scale) > 100 * tolerance
             n = min(steps, delay, STEPS)
             if n:  # the frozen steps follow the leftover far closer than plain sampling does
                 assert error_of(want[:n], left[:n], scale) < error_of(plain[:n], left[:n], scale) / 2
         # no prefix: zero weights, plain sampling (LeRobot with no leftover)
         obs, flow = observation(9), noise(9)
         got = loaded.run_validated(program_inputs(obs, tokens, flow, no_prefix()))["action"]
-        assert error(got, lerobot.step(obs, flow), scale) < tolerance
+        assert error(got, lerobot.step(obs, flow), scale) < held
     finally:
         loaded.close()
 
@@ -297,7 +303,11 @@ def error_of(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> float:
 
 
 def test_other_schedules_and_caps_are_the_servers_to_choose(
-    smolvla_rtc_bundle: Path, lerobot: LeRobotRTC, tokens: tuple[np.ndarray, np.ndarray], scale: np.ndarray
+    smolvla_rtc_bundle: Path,
+    lerobot: LeRobotRTC,
+    tokens: tuple[np.ndarray, np.ndarray],
+    scale: np.ndarray,
+    tolerance: float,
 ) -> None:
     """One program serves every schedule, horizon and cap: they are inputs, not constants."""
     from runtime.bundle.rtc import prefix_weights
@@ -314,7 +324,7 @@ def test_other_schedules_and_caps_are_the_servers_to_choose(
             rest = (padded, weights, np.array([cap], np.float32))
             got = loaded.run_validated(program_inputs(obs, tokens, flow, rest))["action"]
             want = lerobot.step(obs, flow, left, delay, horizon=horizon, schedule=schedule, cap=cap)
-            assert error(got, want, scale) < TOLERANCE, schedule
+            assert error(got, want, scale) < tolerance, schedule
     finally:
         loaded.close()
 
@@ -391,7 +401,7 @@ def short_tmp() -> Iterator[Path]:
 
 
 def test_served_chunks_follow_the_leftover_as_lerobot_does(
-    engine: Any, lerobot: LeRobotRTC, scale: np.ndarray, short_tmp: Path
+    engine: Any, lerobot: LeRobotRTC, scale: np.ndarray, tolerance: float, short_tmp: Path
 ) -> None:
     """Over the wire: hello says the policy takes a prefix; a request with a leftover and a delay gets
     LeRobot's RTC chunk, one without gets its plain chunk, in the order the server draws the noise."""
@@ -417,9 +427,9 @@ def test_served_chunks_follow_the_leftover_as_lerobot_does(
             flow = drawn.standard_normal((CHUNK, MAX_ACTION), dtype=np.float32)
             want = lerobot.step(observation(t), flow, left, delay)
             got = client.infer(observation(t), task=TASK, prefix=left, delay=delay).actions
-            assert error(got, want, scale) < TOLERANCE
+            assert error(got, want, scale) < tolerance
         want = lerobot.step(observation(5), drawn.standard_normal((CHUNK, MAX_ACTION), dtype=np.float32))
-        assert error(client.infer(observation(5), task=TASK).actions, want, scale) < TOLERANCE
+        assert error(client.infer(observation(5), task=TASK).actions, want, scale) < tolerance
         # a guidance cap of the request's own
         left = leftover(40, 6, lerobot)
         flow = drawn.standard_normal((CHUNK, MAX_ACTION), dtype=np.float32)
@@ -433,4 +443,4 @@ def test_served_chunks_follow_the_leftover_as_lerobot_does(
             prefix_attention_schedule="exp",
             max_guidance_weight=2.5,
         ).actions
-        assert error(got, want, scale) < TOLERANCE
+        assert error(got, want, scale) < tolerance
