@@ -1,6 +1,6 @@
 # Two commands on a fresh machine:
 #   make demo   - install into .venv, build the demo bundle, run the daemon on a simulated SO-101 arm
-#   make test   - install into .venv, run the test suite
+#   make test   - install into .venv (and LeRobot 0.6 into .venv-lerobot-0.6), run the test suite
 # and one on the robot (as root; see docs/deployment.md):
 #   make install - the service's venv in /opt/lerobot-runtime, its config, unit, sysusers and udev files
 PYTHON ?= python3

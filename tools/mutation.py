@@ -931,35 +931,45 @@ SCOPES: dict[str, Scope] = {
     # manifest and test case written, the staged directory, lower-precision casts, lower_bundle; tiny
     # torch models exported for real, the lowering itself a stand-in returning a program built by hand.
     "bundle-export-rules": Scope(
-        ("runtime/bundle/export.py",),
+        ("runtime/bundle/export.py", "runtime/bundle/trace.py"),
         ("tests/bundle/test_export_rules.py",),
-        tuple(
-            f"runtime.bundle.export.x_{f}*"
-            for f in (
-                "load_factory",
-                "check_device_present",
-                "lower_program",
-                "_program_entry",
-                "_named_outputs",
-                "_strip_batch",
-                "input_role",
-                "_tensor_dtype",
-                "default_scale",
-                "parse_tolerance",
-                "staged_directory",
-                "_unify_operand_dtypes",
-                "tool_versions",
-            )
+        (
+            *(
+                f"runtime.bundle.export.x_{f}*"
+                for f in (
+                    "check_device_present",
+                    "lower_program",
+                    "_program_entry",
+                    "parse_tolerance",
+                    "staged_directory",
+                    "_unify_operand_dtypes",
+                    "tool_versions",
+                )
+            ),
+            *(
+                f"runtime.bundle.trace.x_{f}*"
+                for f in (
+                    "load_factory",
+                    "_named_outputs",
+                    "_strip_batch",
+                    "input_role",
+                    "_tensor_dtype",
+                    "default_scale",
+                )
+            ),
         ),
     ),
     # export_bundle and lower_bundle themselves, the unbatched and lower-precision wrappers, on the same
     # tests: tiny models exported for real, the lowering a stand-in (558 mutants, about 11 minutes).
     "bundle-export": Scope(
-        ("runtime/bundle/export.py",),
+        ("runtime/bundle/export.py", "runtime/bundle/trace.py"),
         ("tests/bundle/test_export_rules.py",),
-        tuple(
-            f"runtime.bundle.export.x_{f}*"
-            for f in ("export_bundle", "lower_bundle", "_unbatched", "at_precision", "export_for_lowering")
+        (
+            *(
+                f"runtime.bundle.export.x_{f}*"
+                for f in ("export_bundle", "build_bundle", "lower_bundle", "at_precision", "export_for_lowering")
+            ),
+            *(f"runtime.bundle.trace.x_{f}*" for f in ("trace_policy", "_unbatched", "reference_spread")),
         ),
     ),
     # Benchmarks, sampled: the functions that turn samples into the numbers a claim rests on (summaries,

@@ -35,6 +35,7 @@ READY_TIMEOUT_S = 300.0  # the first run exports the demo bundle (under a minute
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 CLIENT_TIMEOUT_S = 5.0
+TASK = "Pick up the red cube and place it in the box."  # what a policy that follows an instruction is told
 
 
 def _free_tcp_port() -> int:
@@ -130,9 +131,10 @@ def _start_motion(endpoint: str) -> None:
 
     deadline = time.monotonic() + START_TIMEOUT_S
     with PolicyClient(endpoint, timeout_s=30.0) as client:
+        task = TASK if client.hello().takes_task else ""  # a language policy's loop follows an instruction
         while True:
             try:
-                client.control("start", who="bench soak")
+                client.control("start", who="bench soak", task=task)
                 return
             except (ControlRefusedError, NoControlError) as e:  # refused, or the arm process still starting
                 if time.monotonic() > deadline:
@@ -346,7 +348,7 @@ def _client(endpoint: str, seconds: float) -> int:
                 obs[spec.name] = rng.integers(0, 256, size=spec.shape).astype(dtype)
             else:
                 obs[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
-        task = "Pick up the red cube and place it in the box." if info.takes_task else None
+        task = TASK if info.takes_task else None
         started = time.monotonic()
         end = started + seconds
         while time.monotonic() < end:
