@@ -55,7 +55,7 @@ test: $(STAMP) $(STAMP06)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check runtime drivers tests
+	$(BIN)/ruff check runtime drivers tests tools
 	$(BIN)/mypy
 
 bench: $(STAMP)
