@@ -38,8 +38,7 @@ def exit_status(exc: LerobotRuntimeError) -> int:
 COMMAND_MODULES = (
     "runtime.commands.engine",  # export, lower, check, bench engine
     "runtime.commands.serve",  # serve, keys, bench serve, canary, soak
-    "runtime.commands.control",  # control, camera, replay, bench loop, bench rtc
-    "runtime.commands.arm",  # bench ipc
+    "runtime.commands.control",  # control, camera, replay, bench loop
     "runtime.commands.teleop",  # teleop, bench teleop
     "runtime.commands.bundle",  # bundle install
     "runtime.commands.status",  # status

@@ -622,9 +622,9 @@ SCOPES: dict[str, Scope] = {
             "runtime/cli.py",
             "runtime/__main__.py",
             "runtime/arm/__main__.py",
-            *(f"runtime/commands/{m}.py" for m in ("arm", "bundle", "status", "dataset")),
+            *(f"runtime/commands/{m}.py" for m in ("bundle", "status", "dataset")),
         ),
-        tuple(f"tests/commands/test_{m}.py" for m in ("cli", "arm", "bundle", "status", "dataset")),
+        tuple(f"tests/commands/test_{m}.py" for m in ("cli", "bundle", "status", "dataset")),
     ),
     # The parsers of the larger commands (control, camera, replay, teleop, serve, infer, keys and their
     # benchmarks): every option's name, default, type, choices, metavar and help, the handler each runs, usage
@@ -673,7 +673,7 @@ SCOPES: dict[str, Scope] = {
         ("runtime/commands/control.py", "runtime/commands/teleop.py"),
         ("tests/commands/test_control.py", "tests/commands/test_teleop.py"),
         (
-            *(f"runtime.commands.control.x__{f}*" for f in ("control", "camera", "replay", "bench_rtc", "bench_loop")),
+            *(f"runtime.commands.control.x__{f}*" for f in ("control", "camera", "replay", "bench_loop")),
             "runtime.commands.teleop.x__teleop*",
             "runtime.commands.teleop.x__bench_teleop*",
         ),
@@ -981,10 +981,11 @@ SCOPES: dict[str, Scope] = {
             "runtime/bench/machine.py",
             "runtime/bench/field_servos.py",
             "runtime/bench/soak.py",
-            "runtime/bench/rtc.py",
+            "tools/bench/rtc.py",
         ),
         (
             "tests/bench/test_measures.py",
+            "tests/tools/bench/test_rtc.py::test_a_quantile_leaves_out_nan_and_is_nan_of_nothing",
             *(
                 f"tests/server/test_bench_field.py::{t}"
                 for t in (
@@ -1011,7 +1012,7 @@ SCOPES: dict[str, Scope] = {
             "runtime.bench.field_servos.x_after_kill*",
             "runtime.bench.field_servos.x_worst_writes*",
             "runtime.bench.soak.x__at*",
-            "runtime.bench.rtc.x__q*",
+            "tools.bench.rtc.x__q*",
         ),
     ),
     # The built-in ACT-style policy: its backbone against ResNet's trunk written out in the test, its
@@ -1060,10 +1061,10 @@ def _config(scope: Scope) -> str:
 
     return f"""
 [tool.mutmut]
-source_paths = ["runtime", "drivers"]
+source_paths = ["runtime", "drivers", "tools"]
 only_mutate = {toml_list(scope.modules)}
 pytest_add_cli_args_test_selection = {toml_list([*scope.tests, "-p", "no:cacheprovider", "-q"])}
-also_copy = ["configs", "systemd", "tools"]
+also_copy = ["configs", "systemd"]
 process_isolation = "forkserver"
 forkserver_warmup = "collect"
 # the machine is shared: a generous timeout, so a slow start is not taken for a killed mutant. mutmut

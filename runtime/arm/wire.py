@@ -8,7 +8,7 @@ process, whose tick must never wait on the daemon. A peer that dies closes its e
 next receive returns end-of-file at once, without a heartbeat, however the peer died (SIGKILL,
 a native crash, an exit).
 
-Why this and not shared memory or ZeroMQ (``bench ipc`` measures the three side by side): the link
+Why this and not shared memory or ZeroMQ (``tools/bench/ipc.py`` measures the three side by side): the link
 carries commands, e-stops and chunks that must arrive whole, once and in order, which a socket gives
 and a shared-memory slot would have to be taught; the end-of-file on a peer's death is the fault
 detector; and unlike a ZeroMQ socket it adds no I/O thread to the arm's process.

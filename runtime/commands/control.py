@@ -72,33 +72,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.set_defaults(func=_bench_loop)
 
-    rtc = bench.add_parser(
-        "rtc",
-        help="goal step change at chunk boundaries on simulated servos, with real-time chunking and without",
-    )
-    rtc.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run (default 15)")
-    rtc.add_argument(
-        "--rate-hz",
-        type=float,
-        default=100.0,
-        help="control rate (default 100)",
-    )
-    rtc.add_argument(
-        "--infer-ms",
-        type=float,
-        default=60.0,
-        help="hold each inference to at least this long (default 60: a delay of several ticks, as a robot's "
-        "SmolVLA has; the tiny one takes a few ms)",
-    )
-    rtc.add_argument(
-        "--train-steps",
-        type=int,
-        default=3000,
-        help="training steps of the tiny SmolVLA when the bundle is built (once, then reused; default 3000)",
-    )
-    rtc.add_argument("--json", action="store_true", help="print the result as JSON")
-    rtc.set_defaults(func=_bench_rtc)
-
 
 def _control(args: argparse.Namespace) -> int:
     from runtime.client import PolicyClient
@@ -166,16 +139,6 @@ def _replay(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     if "png" in summary and not args.json:
         print(f"drawn to {summary['png']}")
-    return 0
-
-
-def _bench_rtc(args: argparse.Namespace) -> int:
-    from runtime.bench.rtc import format_table, run_rtc_bench
-
-    result = run_rtc_bench(
-        seconds=args.seconds, rate_hz=args.rate_hz, infer_ms=args.infer_ms, train_steps=args.train_steps
-    )
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 
 

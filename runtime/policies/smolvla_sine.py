@@ -1,4 +1,4 @@
-"""A tiny SmolVLA taught to follow a sine, for ``bench rtc``: smooth chunks whose direction is a coin toss.
+"""A tiny SmolVLA taught to follow a sine, for ``tools/bench/rtc.py``: smooth chunks whose direction is a coin toss.
 
 A policy with random weights has no smooth chunks to join (the flow's noise passes into every step),
 so chunk boundaries cannot be judged on it. This one is trained for a few thousand steps, with

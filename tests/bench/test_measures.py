@@ -24,7 +24,6 @@ from runtime.bench.field_servos import (
     write_periods,
 )
 from runtime.bench.machine import StealSampler, cpu_line, cpu_summary, read_steal
-from runtime.bench.rtc import _q
 from runtime.bench.soak import _at
 from runtime.bench.stats import pcts, summarize
 
@@ -170,13 +169,6 @@ def test_a_soak_sample_is_the_first_at_or_after_the_moment_else_the_last() -> No
     assert _at(samples, 10.1) is samples[2]
     assert _at(samples, -1.0) is samples[0]
     assert _at(samples, 99.0) is samples[2]
-
-
-def test_a_quantile_leaves_out_nan_and_is_nan_of_nothing() -> None:
-    assert _q(np.array([1.0, np.nan, 3.0, 2.0]), 0.5) == 2.0
-    assert _q(np.array([1.0, np.nan, 3.0]), 1.0) == 3.0
-    assert _q(np.array([0.0, 10.0]), 0.25) == 2.5
-    assert math.isnan(_q(np.array([np.nan]), 0.5)) and math.isnan(_q(np.array([]), 1.0))
 
 
 P = 1 / 30  # the control period of the servo logs below

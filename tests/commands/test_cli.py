@@ -82,8 +82,6 @@ def test_every_command_and_benchmark_is_offered_with_what_it_does() -> None:
         "canary": "cost of a canary check and the worst delay it adds to a real request",
         "soak": "the daemon's RSS, file descriptors and canary over minutes of back-to-back infers",
         "loop": "control-loop tick jitter and starvation on simulated servos while inference runs",
-        "rtc": "goal step change at chunk boundaries on simulated servos, with real-time chunking and without",
-        "ipc": "the arm process's link (SOCK_SEQPACKET) beside ZeroMQ ipc and shared memory, side by side",
         "teleop": "leader move -> follower goal write latency over loopback",
         "bus": "time a sync-read + sync-write cycle of 6 servos over a pty",
         "record": "recording's cost per codec, one and two cameras, side by side",
@@ -103,7 +101,7 @@ def test_every_command_and_benchmark_is_offered_with_what_it_does() -> None:
         ),
     ]
     assert options("bench") == []
-    assert defaults("bench", "ipc") == {"command": "bench", "bench": "ipc", "messages": 2000, "json": False}
+    assert defaults("bench", "bus") == {"command": "bench", "bench": "bus", "json": False, "cycles": 500}
 
 
 def test_the_handlers_status_is_the_exit_status_and_info_the_default_level(monkeypatch: pytest.MonkeyPatch) -> None:

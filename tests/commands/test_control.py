@@ -1,4 +1,4 @@
-"""``lerobot-runtime control``, ``camera``, ``replay``, ``bench loop`` and ``bench rtc`` in process: the
+"""``lerobot-runtime control``, ``camera``, ``replay`` and ``bench loop`` in process: the
 options, what reaches the daemon (a release naming the latch status shows now), refusals on stderr with
 exit 1, what each prints; the client, camera, replay and benchmarks are stand-ins."""
 
@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 import runtime.bench.loop
-import runtime.bench.rtc
 import runtime.client
 import runtime.commands.control
 import runtime.control.replay
@@ -137,30 +136,6 @@ def test_the_camera_replay_and_bench_options() -> None:
         ("--seconds", 10.0, float, None, False, None, "measured seconds per case (default 10)"),
         ("--rates", "30,100", None, None, False, None, "control rates to run, Hz (default 30,100)"),
         ("--steps", "100,10", None, None, False, None, "n_action_steps values to run (default 100,10)"),
-        ("--json", False, None, None, False, None, "print the result as JSON"),
-    ]
-    assert options("bench", "rtc", root=root) == [
-        ("--seconds", 15.0, float, None, False, None, "measured seconds per run (default 15)"),
-        ("--rate-hz", 100.0, float, None, False, None, "control rate (default 100)"),
-        (
-            "--infer-ms",
-            60.0,
-            float,
-            None,
-            False,
-            None,
-            "hold each inference to at least this long (default 60: a delay of several ticks, as a robot's "
-            "SmolVLA has; the tiny one takes a few ms)",
-        ),
-        (
-            "--train-steps",
-            3000,
-            int,
-            None,
-            False,
-            None,
-            "training steps of the tiny SmolVLA when the bundle is built (once, then reused; default 3000)",
-        ),
         ("--json", False, None, None, False, None, "print the result as JSON"),
     ]
 
@@ -365,24 +340,6 @@ def test_bench_loop_runs_the_rates_and_steps_given(
     assert capsys.readouterr().out == "table {'rows': 1}\n{\n  \"rows\": 1\n}\n"
 
 
-def test_bench_rtc_runs_with_the_settings_given(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    runs: list[dict[str, Any]] = []
-    monkeypatch.setattr(runtime.bench.rtc, "run_rtc_bench", lambda **kw: runs.append(kw) or {"rows": 2})
-    monkeypatch.setattr(runtime.bench.rtc, "format_table", lambda result: f"table {result}")
-    assert main(["bench", "rtc"]) == 0
-    assert (
-        main(["bench", "rtc", "--seconds", "1", "--rate-hz", "50", "--infer-ms", "5", "--train-steps", "10", "--json"])
-        == 0
-    )
-    assert runs == [
-        {"seconds": 15.0, "rate_hz": 100.0, "infer_ms": 60.0, "train_steps": 3000},
-        {"seconds": 1.0, "rate_hz": 50.0, "infer_ms": 5.0, "train_steps": 10},
-    ]
-    assert capsys.readouterr().out == "table {'rows': 2}\n{\n  \"rows\": 2\n}\n"
-
-
 def test_the_defaults_parsed() -> None:
     root = build_parser()
     control = runtime.commands.control
@@ -390,7 +347,6 @@ def test_the_defaults_parsed() -> None:
     assert handler("camera", root=root) is control._camera
     assert handler("replay", "f.npz", root=root) is control._replay
     assert handler("bench", "loop", root=root) is control._bench_loop
-    assert handler("bench", "rtc", root=root) is control._bench_rtc
     assert defaults("control", "dump", root=root) == {
         "command": "control",
         "control_command": "dump",

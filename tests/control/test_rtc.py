@@ -353,33 +353,3 @@ def test_the_arm_process_carries_the_prefix_across_the_link(manifest: Manifest, 
     times = np.array([t for t, _ in log])
     pan = np.array([pan_joint.to_user(raw) for _, raw in log])
     assert np.abs(_goal_steps(times, pan, t0, t1) - SLOPE).max() <= 1.5 * RES
-
-
-def test_the_bench_finds_boundaries_in_the_recording_and_measures_them_at_the_servos() -> None:
-    """``bench rtc``'s analysis on a made-up run at 100 Hz: a ramp whose chunk merged at tick 50 turns;
-    a tick skipped at 30 (an overrun) is one write spanning two periods, not a step change."""
-    from runtime.bench.rtc import analyse
-    from runtime.control.mode import Mode
-    from runtime.control.recorder import MODE_CODE, MODES
-
-    n, period = 100, 0.01
-    ticks = np.array([k for k in range(n) if k != 30])  # tick 30 never ran
-    pan = np.where(ticks < 50, 0.5 * ticks, 24.5 - 0.5 * (ticks - 49))  # turns at the merge
-    goals = np.zeros((len(ticks), 6))
-    goals[:, 0] = pan
-    t = 1000.0 + ticks * period
-    depth = 40 - (ticks % 50)  # a chunk merged at 0 and at 50: the queue deepens there
-    rows = {
-        "t": t,
-        "mode": np.full(len(ticks), MODE_CODE[Mode.RUNNING]),
-        "queue_depth": depth,
-        "requested": goals.copy(),
-        "late_ms": np.zeros(len(ticks)),
-        "write_ms": np.full(len(ticks), 0.5),
-        "latency_ticks": np.full(len(ticks), 6.0),
-    }
-    meta = {"modes": list(MODES), "rate_hz": 1 / period}
-    r = analyse(rows, meta, t + 0.0005, goals, t[0], t[-1])
-    assert r["boundaries"] == 1 and r["delay_ticks"] == {"p50": 6.0, "max": 6.0}
-    assert r["boundary_step_change_deg"]["max"] == pytest.approx(1.0)  # +0.5 per tick to -0.5
-    assert r["within_chunk_step_change_deg"]["max"] == pytest.approx(0.0)  # the skipped tick is no step

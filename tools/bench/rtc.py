@@ -1,5 +1,5 @@
-"""``bench rtc``: how much the goals jump where one chunk takes over from the next, with real-time chunking
-and without, measured at the servos.
+"""``python -m tools.bench.rtc``: how much the goals jump where one chunk takes over from the next, with
+real-time chunking and without, measured at the servos.
 
 The policy is a tiny SmolVLA taught to follow a sine whose direction its observation cannot tell
 (runtime.policies.smolvla_sine), exported with ``export --lerobot`` (RTC enabled in its config) once
@@ -21,6 +21,7 @@ velocity and acceleration bounds are opened so that what the policy commands rea
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -28,6 +29,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -363,3 +365,43 @@ def format_table(r: dict[str, Any]) -> str:
 
 def _pair(d: dict[str, float], a: str, b: str) -> str:
     return f"{d[a]:.2f} / {d[b]:.2f}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench.rtc",
+        description="goal step change at chunk boundaries on simulated servos, with real-time chunking and without",
+    )
+    p.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run (default 15)")
+    p.add_argument("--rate-hz", type=float, default=100.0, help="control rate (default 100)")
+    p.add_argument(
+        "--infer-ms",
+        type=float,
+        default=60.0,
+        help="hold each inference to at least this long (default 60: a delay of several ticks, as a robot's "
+        "SmolVLA has; the tiny one takes a few ms)",
+    )
+    p.add_argument(
+        "--train-steps",
+        type=int,
+        default=TRAIN_STEPS,
+        help="training steps of the tiny SmolVLA when the bundle is built (once, then reused; default 3000)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from runtime.log import setup_logging
+
+    args = build_parser().parse_args(argv)
+    setup_logging("INFO")
+    result = run_rtc_bench(
+        seconds=args.seconds, rate_hz=args.rate_hz, infer_ms=args.infer_ms, train_steps=args.train_steps
+    )
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""``lerobot-runtime bench ipc``: the arm process's link, measured against the other ways it could go.
+"""``python -m tools.bench.ipc``: the arm process's link, measured against the other ways it could go.
 
 Three transports between two processes, each carrying what the arm process sends every tick (a packed
 snapshot, about 0.8 KB of msgpack) and what it receives (a chunk of 100 x 6 float32):
@@ -16,12 +16,15 @@ lower bound no real tick would see). All three run in one invocation, side by si
 
 from __future__ import annotations
 
+import argparse
+import json
 import multiprocessing as mp
 import os
 import select
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -273,3 +276,27 @@ def format_table(r: dict[str, Any]) -> str:
                 f"{rt['p50']:>10.1f}/{rt['p99']:<11.1f} {rt['p50'] / base:>16.2f}"
             )
     return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench.ipc",
+        description="the arm process's link (SOCK_SEQPACKET) beside ZeroMQ ipc and shared memory, side by side",
+    )
+    p.add_argument("--messages", type=int, default=2000, help="messages per transport and size (default 2000)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.messages < 10:
+        parser.error(f"--messages: expected at least 10, got {args.messages}")
+    result = run_ipc_bench(args.messages)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
