@@ -44,7 +44,6 @@ COMMAND_MODULES = (
     "runtime.commands.status",  # status
     "drivers.cli",  # motors scan/read, bench bus
     "runtime.commands.dataset",  # dataset check
-    "runtime.bench.field",  # bench field
 )
 
 

@@ -85,8 +85,6 @@ def test_every_command_and_benchmark_is_offered_with_what_it_does() -> None:
         "teleop": "leader move -> follower goal write latency over loopback",
         "bus": "time a sync-read + sync-write cycle of 6 servos over a pty",
         "record": "recording's cost per codec, one and two cameras, side by side",
-        "field": "the daemon under the whole field workload (2 cameras, teleop, recording, infers), judged at the "
-        "servos",
     }
     assert options() == [
         ("--version", "==SUPPRESS==", None, None, False, None, "show program's version number and exit"),
