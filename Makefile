@@ -89,7 +89,8 @@ install-verify:
 	systemd-analyze security --offline=yes --threshold=30 $(UNIT)
 
 # Mutation testing of the safety-critical modules (slow: minutes per module on 2 cores; not in CI).
-# SCOPES="parity codec" runs some; docs/testing.md has the last scores and the accepted survivors.
+# SCOPES="parity codec" runs some. Each run is recorded in docs/mutation-ledger.json, rendered into
+# docs/mutation-ledger.md (every scope, its survivors' verdicts) and the score table of docs/testing.md.
 mutation: $(STAMP)
 	$(BIN)/python tools/mutation.py $(SCOPES)
 

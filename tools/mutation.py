@@ -3,11 +3,14 @@
 Each scope mutates a few modules with mutmut and runs only the tests that cover them, in a scratch
 copy of the working tree under ``.mutation/<scope>/`` (so mutmut's ``mutants/`` folder never lands
 in the checkout). Too slow for CI on two cores: run it by hand after changing one of these modules
-or its tests, and compare with the table in ``docs/testing.md``.
+or its tests. Each run is recorded in the ledger (``docs/mutation-ledger.json``: its counts and the
+mutants that survived; see :mod:`tools.mutation_ledger`), which is rendered again into
+``docs/mutation-ledger.md`` and the score table of ``docs/testing.md``.
 
     python tools/mutation.py                 # every scope
     python tools/mutation.py parity codec    # some scopes
     python tools/mutation.py --list          # what each scope mutates and runs
+    python tools/mutation.py --ledger        # render the ledger again (after writing a verdict in it)
 
 mutmut forks one child per mutant from a fork server (``process_isolation = "forkserver"``): forking
 the process that already ran OpenVINO and the simulators' threads crashes the children.
@@ -24,6 +27,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    from tools import mutation_ledger
+except ModuleNotFoundError:  # run as a script (python tools/mutation.py): the checkout is not on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tools import mutation_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
@@ -1119,9 +1128,45 @@ def run_scope(name: str, scope: Scope, max_children: int, rev: str | None = None
 
 
 def score(stats: dict[str, object]) -> float:
-    killed = int(str(stats.get("killed", 0))) + int(str(stats.get("timeout", 0)))
-    tested = killed + int(str(stats.get("survived", 0))) + int(str(stats.get("no_tests", 0)))
-    return 100.0 * killed / tested if tested else 100.0
+    return mutation_ledger.score_of(stats)[0]
+
+
+def _revision(rev: str | None) -> str:
+    """The revision a run mutated: the commit (short), ``+changes`` when the working tree differs from it."""
+    git = ["git", "-C", str(ROOT)]
+    out = subprocess.run([*git, "rev-parse", "--short", rev or "HEAD"], capture_output=True, text=True, check=False)
+    commit = out.stdout.strip() or "unknown"
+    if rev is None:
+        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=False).stdout
+        commit += "+changes" if dirty.strip() else ""
+    return commit
+
+
+def _machine() -> str:
+    """The CPU model, how many CPUs and the load average: what a run's time and timeouts depend on."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    return f"{model or 'unknown CPU'}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+
+
+def record(name: str, stats: dict[str, object], rev: str | None, tests: list[str] | None) -> None:
+    """The run in the ledger, and the ledger's documents rendered again."""
+    ledger = mutation_ledger.load()  # re-read first: another run may have recorded a scope meanwhile
+    mutation_ledger.record_run(
+        ledger,
+        name,
+        stats,
+        when=time.strftime("%Y-%m-%d"),
+        revision=_revision(rev),
+        machine=_machine(),
+        rev=rev,
+        tests=tests,
+    )
+    mutation_ledger.save(ledger)
+    mutation_ledger.write_docs(ledger, SCOPES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1131,7 +1176,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     p.add_argument("--rev", help="mutate this git revision instead of the working tree (a 'before' score)")
     p.add_argument("--tests", nargs="+", help="run these test paths instead of the scope's own")
+    p.add_argument(
+        "--ledger", action="store_true", help="render docs/mutation-ledger.md and docs/testing.md's scores, then exit"
+    )
     args = p.parse_args(argv)
+    if args.ledger:
+        mutation_ledger.write_docs(mutation_ledger.load(), SCOPES)
+        print(f"rendered {mutation_ledger.LEDGER_MD} and the scores in {mutation_ledger.TESTING_MD}")
+        return 0
     if args.list:
         for name, scope in SCOPES.items():
             only = f" (only {', '.join(scope.functions)})" if scope.functions else ""
@@ -1154,6 +1206,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
         summary[name if args.rev is None else f"{name}@{args.rev}"] = stats
         summary_path.write_text(json.dumps(summary, indent=2))
+        record(name, stats, args.rev, args.tests)
         if "not_run" in stats:
             print(f"   not run: {stats['not_run']}")
             continue
@@ -1165,7 +1218,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for s in stats["survivors"]:  # type: ignore[attr-defined]
             print(f"   survived: {s}")
-    print(f"summary: {summary_path}")
+    print(f"summary: {summary_path}; ledger: {mutation_ledger.LEDGER_MD}")
     return 0
 
 
