@@ -79,3 +79,32 @@ class RecordingInputError(RecordingError, ValueError):
         self.field = field
         self.expected = expected
         self.received = received
+
+
+class LinkProtocolError(LerobotRuntimeError, ValueError):
+    """A message on the link between the daemon and the arm process that this side cannot take.
+
+    ``kind`` is the message's kind (None when it names none), ``field`` the field at fault (``t`` for
+    the kind itself), ``expected`` and ``received`` what was wanted and what came. The side that
+    receives one refuses that message, counts and logs it, and goes on with the next.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        field: str | None = None,
+        expected: str | None = None,
+        received: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.field = field
+        self.expected = expected
+        self.received = received
+
+
+class LinkVersionError(LinkProtocolError):
+    """The daemon speaks another version of the link's protocol than the arm process: ``expected`` is
+    the arm process's version, ``received`` the daemon's (the message names both)."""

@@ -23,6 +23,8 @@ from runtime.versions import package_version
         (errors.MissingDependencyError, (ImportError,)),
         (errors.RecordingError, (RuntimeError,)),
         (errors.RecordingInputError, (errors.RecordingError, RuntimeError, ValueError)),
+        (errors.LinkProtocolError, (ValueError,)),
+        (errors.LinkVersionError, (errors.LinkProtocolError, ValueError)),
     ],
 )
 def test_each_error_is_the_projects_and_the_builtin_a_caller_catches(
@@ -61,6 +63,14 @@ def test_a_recording_input_error_names_the_column() -> None:
     )
     assert str(e) == "frame refused"
     assert (e.field, e.expected, e.received) == ("observation.images.front", "(480, 640, 3)", "(480, 640)")
+
+
+def test_a_link_protocol_error_names_the_kind_the_field_what_was_expected_and_what_came() -> None:
+    e = errors.LinkProtocolError("bad tick", kind="tick", field="snapshot.tick", expected="an integer", received="1.5")
+    assert str(e) == "bad tick"
+    assert (e.kind, e.field, e.expected, e.received) == ("tick", "snapshot.tick", "an integer", "1.5")
+    bare = errors.LinkProtocolError("not msgpack")
+    assert (bare.kind, bare.field, bare.expected, bare.received) == (None, None, None, None)
 
 
 def test_package_version_is_the_installed_one_or_says_not_installed() -> None:
