@@ -1,8 +1,8 @@
 """How the link's messages travel: the one place that turns them into bytes and back.
 
 A message is one msgpack map: ``t`` holds its kind (:data:`runtime.arm.messages.KINDS`), each field
-its value under the field's own name; a field at its default (None, False) is left out and taken as
-the default on arrival. Arrays travel as ``[dtype, shape, bytes]`` (numeric dtypes only, the bytes
+its value under the field's own name; a field at its default of None or False is left out and taken
+as the default on arrival. Arrays travel as ``[dtype, shape, bytes]`` (numeric dtypes only, the bytes
 copied out on arrival); the joint values of a snapshot, an episode record and a teleop target as lists
 of floats; a latch as ``[id, reason, requested_at]``; a command as ``[word, who, latch]``; the
 configuration as the maps its own parsers take (``from_mapping``, ``parse_manifest``).
@@ -339,8 +339,14 @@ COUNTS = _Value(dict, _map_of(_int, "an integer", int), "a map of integers")
 class _Field:
     name: str
     value: _Value
-    #: taken when the field is absent (and the field is left out when the value is this very object)
+    #: taken when the field is absent (a value of None or False is left out when it is the default)
     default: Any = _MISSING
+
+
+def _left_out(default: Any) -> Any:
+    """The value a field is left out at: its default when that is None or False (never one that
+    equals another value without being it, as 0.0 would)."""
+    return default if default is None or default is False else _MISSING
 
 
 class _Record:
@@ -363,7 +369,7 @@ class _Record:
         self._extra = len(extra)
         self._encode = encode
         self._decode_plan = tuple((f.name, f.value.exact, f.value.decode, f.value.expected, f.default) for f in fields)
-        self._encode_plan = tuple((f.name, f.value.encode, f.default) for f in fields)
+        self._encode_plan = tuple((f.name, f.value.encode, _left_out(f.default)) for f in fields)
 
     def encode_into(self, out: dict[str, Any], value: Any) -> dict[str, Any]:
         if self._encode is not None:
@@ -371,7 +377,7 @@ class _Record:
             return out
         for name, encode, default in self._encode_plan:
             v = getattr(value, name)
-            if v is not default:  # left out: taken as the default on arrival
+            if v is not default:  # None or False left out: taken as the default on arrival
                 out[name] = encode(v)
         return out
 

@@ -13,6 +13,10 @@ From then on one thread of the daemon (``lerobot-runtime-arm-link``) carries the
 - out: the gate (whether the policy may be asked: streams fresh, self-check passed), sent every
   ``GATE_EVERY_S``, which is also the arm process's sign that the daemon is alive.
 
+The messages are those of :mod:`runtime.arm.messages`; one the arm process sends that this side
+cannot take is refused (logged the first time for its kind and field, counted in ``control status``
+as ``process.link_refused``) and the link goes on with the next.
+
 Commands, e-stops and teleop targets are sent by whichever thread asks (the server's I/O thread, a
 signal handler, the local leader): one datagram each, never a wait. The object answers the same
 questions as :class:`~runtime.control.loop.ControlLoop` (``snapshot``, ``status``, ``check``,
@@ -37,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +49,43 @@ import numpy as np
 
 from drivers.config import ArmConfig
 from drivers.errors import BusError
-from runtime.arm.wire import Link, LinkClosed, pack_array, unpack_array, unpack_snapshot
+from runtime.arm.messages import (
+    ARM_MESSAGES,
+    LINK_VERSION,
+    Ask,
+    Bye,
+    Chunk,
+    CommandRequest,
+    Dump,
+    Dumped,
+    DumpRequest,
+    Estop,
+    Failed,
+    Gate,
+    Init,
+    LoopEvent,
+    Message,
+    Observation,
+    Ready,
+    ShutdownRequest,
+    StatusMap,
+    TargetClear,
+    TargetPut,
+    Tick,
+    Waiting,
+)
+from runtime.arm.wire import Link, LinkClosed, Refusals
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, control_rate
 from runtime.control.events import EventLog
-from runtime.control.feed import Prefix, StreamFeed
+from runtime.control.feed import Blocked, StreamFeed
 from runtime.control.handoff import Latest
 from runtime.control.latch import ControlRefused, Latch, estop_status
-from runtime.control.mailbox import Command, Release, Shutdown, check_command, newest_latch, word
+from runtime.control.mailbox import Command, Shutdown, check_command, newest_latch, parse
 from runtime.control.snapshot import Snapshot
+from runtime.errors import LinkProtocolError
 from runtime.teleop.config import TeleopConfig
+from runtime.teleop.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +114,12 @@ class TeleopInbox:
             return False
         self._last_seq = seq
         self.received += 1
-        self._link.send({"t": "target", "seq": seq, "positions": [float(x) for x in positions], "at": now})
+        self._link.send(TargetPut(Target(seq, np.asarray(positions, dtype=np.float64), now)))
         return True
 
     def clear(self) -> None:
         self._last_seq = None
-        self._link.send({"t": "target_clear"})
+        self._link.send(TargetClear())
 
     @property
     def phase(self) -> str:
@@ -145,9 +176,10 @@ class ArmLink:
         self._bye: bool | None = None
         self._latch_ids = itertools.count(1)
         self._pending_estops: deque[Latch] = deque()
-        self._dumps: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._dumps: dict[int, tuple[threading.Event, list[Dumped]]] = {}
         self._dump_ids = itertools.count(1)
         self.link_dropped = 0
+        self._refusals = Refusals()
 
     # --- start ---------------------------------------------------------------------------------
 
@@ -161,7 +193,7 @@ class ArmLink:
     ) -> None:
         """Start the arm process and wait until it holds the arm (it waits up to ``wait_s`` for an
         absent one); raises :class:`ArmProcessError` with its reason when it cannot."""
-        link, child = Link.pair()
+        link, child = Link.pair(ARM_MESSAGES)
         self._link = link
         env = dict(os.environ)
         # the arm process imports this package from wherever the daemon did
@@ -177,16 +209,16 @@ class ArmLink:
         child.close()
         self.pid = self._proc.pid
         link.send(
-            {
-                "t": "init",
-                "control": asdict(self.config),
-                "teleop": asdict(self.teleop.config),
-                "arm": asdict(self.arm_config),
-                "manifest": self.manifest.to_json(),
-                "cpu": self.cpu,
-                "arm_wait_s": wait_s,
-                "record": self.record,
-            }
+            Init(
+                LINK_VERSION,
+                self.config,
+                self.teleop.config,
+                self.arm_config,
+                self.manifest,
+                self.cpu,
+                wait_s,
+                self.record,
+            )
         )
         try:
             # said at once: the arm process says more once it runs (a loaded machine takes a while to start it)
@@ -212,25 +244,27 @@ class ArmLink:
                 self._send_gate(time.monotonic())
             poller.poll(GATE_EVERY_S * 1e3)
             try:
-                for m in self._link.receive():
-                    kind = m.get("t")
-                    if kind == "waiting":
-                        on_wait(str(m["text"]))
-                    elif kind == "failed":
-                        if terminated:
-                            raise InterruptedError("stopped while waiting for the arm")
-                        raise ArmProcessError(str(m["error"]))
-                    elif kind == "status":
-                        self._status = m["status"]
-                    elif kind == "ready":
-                        ready = True
-                        self.names = tuple(str(n) for n in m.get("joints", self.names))  # as the arm names them
-                        self.memory = str(m.get("memory", ""))
-                        log.info("arm process %d holds the arm (%s)", self.pid, self.memory)
-                    elif kind in ("tick", "ev"):
-                        self._dispatch(m)
-                        if kind == "tick":  # the loop ticks: what status reads is the loop's own
-                            return
+                for message in self._link.messages(self._refused):
+                    match message:
+                        case Waiting(text=text):
+                            on_wait(text)
+                        case Failed(error=error):
+                            if terminated:
+                                raise InterruptedError("stopped while waiting for the arm")
+                            raise ArmProcessError(error)
+                        case StatusMap(status=status):
+                            self._status = dict(status)
+                        case Ready(joints=joints, memory=memory):
+                            ready = True
+                            self.names = joints  # as the arm names them
+                            self.memory = memory
+                            log.info("arm process %d holds the arm (%s)", self.pid, memory)
+                        case Tick() | LoopEvent():
+                            self._dispatch(message)
+                            if isinstance(message, Tick):  # the loop ticks: what status reads is the loop's own
+                                return
+                        case _:
+                            pass  # nothing else comes before the loop ticks
             except LinkClosed:
                 code = self._proc.wait(5)
                 if terminated:  # asked to stop: ended by the SIGTERM, before its handler was even set up
@@ -239,7 +273,7 @@ class ArmLink:
 
     # --- the link thread ------------------------------------------------------------------------
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: Message) -> bool:
         link = self._link
         if link is None or self._dead is not None:
             return False
@@ -261,11 +295,8 @@ class ArmLink:
                 next_gate = now + GATE_EVERY_S
             poller.poll(max(0.0, (next_gate - time.monotonic()) * 1e3))
             try:
-                for m in link.receive():
-                    try:
-                        self._dispatch(m)
-                    except Exception:  # a bug here must not end the link (and with it the watchdog)
-                        log.exception("arm link: a message from the arm process failed: %s", m.get("t"))
+                for message in link.messages(self._refused):
+                    self._take(message)
             except LinkClosed:
                 self._died()
                 link.close()
@@ -275,58 +306,66 @@ class ArmLink:
         try:
             blocked = self.feed.blocked(now)
         except Exception as e:
-            blocked = None
-            self.send({"t": "gate", "blocked": ["untrusted", f"the policy check failed: {e}", []]})
-            return
-        gate = None if blocked is None else [blocked.key, blocked.reason, list(blocked.stale)]
-        self.send({"t": "gate", "blocked": gate})
+            blocked = Blocked("untrusted", f"the policy check failed: {e}")
+        self.send(Gate(blocked))
 
-    def _dispatch(self, m: dict[str, Any]) -> None:
-        kind = m.get("t")
-        if kind == "tick":
-            snap = unpack_snapshot(m["snap"])
-            self._snapshot.put(snap)
-            taken = snap.latches_taken
-            while self._pending_estops and self._pending_estops[0].id <= taken:
-                self._pending_estops.popleft()
-            record = m.get("ep")
-            episodes = self.episodes
-            if episodes is not None:
-                if record is not None:
-                    now, present, goal, requested, source, intervention = record
-                    episodes.tick(now, _arr(present), _arr(goal), _arr(requested), source, intervention)
-                if m.get("episode_end"):
-                    episodes.end()
-        elif kind == "ask":
-            rid = m["id"]
+    def _take(self, message: Message) -> None:
+        try:
+            self._dispatch(message)
+        except Exception:  # a bug here must not end the link (and with it the watchdog)
+            log.exception("arm link: a %s from the arm process failed", type(message).__name__)
 
-            def done(actions: np.ndarray | None, error: str | None) -> None:
-                reply: dict[str, Any] = {"t": "chunk", "id": rid}
-                if actions is not None:
-                    reply["actions"] = pack_array(np.asarray(actions, dtype=np.float32))
-                else:
-                    reply["error"] = error or "no chunk"
-                self.send(reply)
+    def _refused(self, e: LinkProtocolError) -> None:
+        if self._refusals.first(e):
+            log.error("arm link: refused a message from the arm process (more like it are counted, not logged): %s", e)
 
-            raw = m.get("prefix")
-            prefix = Prefix(unpack_array(raw), int(m["delay"])) if raw is not None else None
-            if not self.feed.submit(unpack_array(m["state"]), done, reset=bool(m["reset"]), prefix=prefix):
-                done(None, "the server is not taking work")
-        elif kind == "obs":
-            self.feed.observe(unpack_array(m["state"]), reset=bool(m["reset"]))
-        elif kind == "ev":
-            self.events.emit(int(m["level"]), "%s", str(m["text"]))
-        elif kind == "status":
-            self._status = m["status"]
-        elif kind == "dumpreq":
-            self.dump_requests.append(str(m["reason"]))
-        elif kind == "dumped":
-            waiting = self._dumps.get(int(m["id"]))
-            if waiting is not None:
-                waiting[1].append(m)
-                waiting[0].set()
-        elif kind == "bye":
-            self._bye = bool(m["ok"])
+    def _dispatch(self, message: Message) -> None:
+        match message:
+            case Tick(snapshot=snap, episode=record, episode_end=ended):
+                self._snapshot.put(snap)
+                taken = snap.latches_taken
+                while self._pending_estops and self._pending_estops[0].id <= taken:
+                    self._pending_estops.popleft()
+                episodes = self.episodes
+                if episodes is not None:
+                    if record is not None:
+                        episodes.tick(
+                            record.now,
+                            record.present,
+                            record.goal,
+                            record.requested,
+                            record.source,
+                            record.intervention,
+                        )
+                    if ended:
+                        episodes.end()
+            case Ask(id=rid, state=state, reset=reset, prefix=prefix):
+
+                def done(actions: np.ndarray | None, error: str | None) -> None:
+                    if actions is not None:
+                        self.send(Chunk(rid, actions=np.asarray(actions, dtype=np.float32)))
+                    else:
+                        self.send(Chunk(rid, error=error or "no chunk"))
+
+                if not self.feed.submit(state, done, reset=reset, prefix=prefix):
+                    done(None, "the server is not taking work")
+            case Observation(state=state, reset=reset):
+                self.feed.observe(state, reset=reset)
+            case LoopEvent(level=level, text=text):
+                self.events.emit(level, "%s", text)
+            case StatusMap(status=status):
+                self._status = dict(status)
+            case DumpRequest(reason=reason):
+                self.dump_requests.append(reason)
+            case Dumped(id=rid):
+                waiting = self._dumps.get(rid)
+                if waiting is not None:
+                    waiting[1].append(message)
+                    waiting[0].set()
+            case Bye(ok=ok):
+                self._bye = ok
+            case _:  # Waiting, Failed, Ready: the hand-shake's, said once the loop ticks
+                log.warning("arm link: a %s from the arm process after its start: ignored", type(message).__name__)
 
     def _died(self) -> None:
         proc = self._proc
@@ -391,7 +430,7 @@ class ArmLink:
             self._latch_ids = itertools.count(n + 1)
         latch = Latch(n, reason, time.monotonic())
         self._pending_estops.append(latch)
-        self.send({"t": "estop", "id": latch.id, "reason": reason, "at": latch.requested_at})
+        self.send(Estop(latch))
         return latch
 
     def check(self, command: str, latch: int = 0) -> None:
@@ -404,31 +443,33 @@ class ArmLink:
 
     def request(self, command: str | Command, who: str = "", latch: int = 0) -> None:
         if isinstance(command, Shutdown):
-            self.send({"t": "shutdown"})
+            self.send(ShutdownRequest())
             return
-        if not isinstance(command, str):
-            who = command.who
-            latch = command.latch if isinstance(command, Release) else latch
-            command = word(command)
-        self.send({"t": "cmd", "word": command, "who": who, "latch": latch})
+        if isinstance(command, str):
+            try:
+                command = parse(command, who, latch)
+            except ValueError as e:  # as the loop's own request refuses a word it does not know
+                raise ControlRefused(str(e)) from None
+            assert not isinstance(command, Shutdown)  # parse knows no word for it
+        self.send(CommandRequest(command))
 
     def dump(self, directory: Path, reason: str, extra: dict[str, Any]) -> Path:
         """Ask the arm process to write its flight recording; the path it wrote (OSError if it could not)."""
         rid = next(self._dump_ids)
         event: threading.Event = threading.Event()
-        answer: list[Any] = []
+        answer: list[Dumped] = []
         self._dumps[rid] = (event, answer)
         try:
-            if not self.send({"t": "dump", "id": rid, "directory": str(directory), "reason": reason, "extra": extra}):
+            if not self.send(Dump(rid, directory, reason, extra)):
                 raise OSError(f"the arm process is not reachable ({self._dead or 'link full'})")
             if not event.wait(DUMP_TIMEOUT_S) or not answer:
                 raise OSError(self._dead or f"the arm process did not write it within {DUMP_TIMEOUT_S:g} s")
         finally:
             self._dumps.pop(rid, None)
         reply = answer[0]
-        if "error" in reply:
-            raise OSError(str(reply["error"]))
-        return Path(str(reply["path"]))
+        if reply.path is None:
+            raise OSError(reply.error or "the arm process wrote no recording and said no reason")
+        return reply.path
 
     def status(self) -> dict[str, Any]:
         """``control status``: the arm process's newest status map, brought up to date with this
@@ -463,6 +504,7 @@ class ArmLink:
             "death": self._dead or "",
             "memory": self.memory,
             "link_dropped": self.link_dropped,
+            "link_refused": self._link.refused if self._link is not None else 0,
         }
         return status
 
@@ -475,7 +517,7 @@ class ArmLink:
         if proc is None:
             return True
         self._closing = True
-        self.send({"t": "shutdown"})
+        self.send(ShutdownRequest())
         ok = True
         try:
             proc.wait(timeout)
@@ -501,10 +543,6 @@ class ArmLink:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _arr(v: list[float] | None) -> np.ndarray | None:
-    return None if v is None else np.array(v, dtype=np.float64)
 
 
 def _exit_words(code: int | None) -> str:

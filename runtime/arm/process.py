@@ -1,9 +1,14 @@
 """The arm's own process: the serial port, the control loop, the safety envelope, the flight recorder.
 
 Started by the daemon (:class:`runtime.arm.link.ArmLink`) as ``python -m runtime.arm --fd N``, one end
-of the link socket inherited as file descriptor N; the first message is the configuration. Nothing
-here decodes network messages, runs OpenVINO or encodes video: chunks, teleop targets and commands
-arrive over the link, and the loop's snapshot, events and each tick's episode record leave over it.
+of the link socket inherited as file descriptor N; the first message is the configuration
+(:class:`~runtime.arm.messages.Init`, refused when the daemon speaks another version of the link).
+Nothing here decodes network messages, runs OpenVINO or encodes video: chunks, teleop targets and
+commands arrive over the link (:mod:`runtime.arm.messages`), and the loop's snapshot, events and each
+tick's episode record leave over it. A message from the daemon this side cannot take is refused: the
+loop's events say the first of each kind and field, ``control status`` counts them all
+(``link.refused``), and the tick goes on; a refused message is no word from the daemon (a daemon that
+says nothing readable for ``control.link_timeout_s`` is lost).
 The interpreter runs the loop's thread (pinned to the control CPU, SCHED_FIFO where allowed) and a
 main thread that only waits, writes flight recordings and handles signals.
 
@@ -26,40 +31,63 @@ import ctypes
 import itertools
 import logging
 import os
+import select
 import signal
 import socket
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 import numpy as np
 
-from drivers.config import ArmConfig
-from drivers.configtools import from_mapping
 from runtime.arm.collector import Collector
-from runtime.arm.wire import Link, LinkClosed, pack_array, pack_snapshot, unpack_array
-from runtime.bundle.manifest import parse_manifest
-from runtime.control.config import ControlConfig, control_rate
+from runtime.arm.messages import (
+    DAEMON_MESSAGES,
+    KINDS,
+    Ask,
+    Bye,
+    Chunk,
+    CommandRequest,
+    Dump,
+    Dumped,
+    DumpRequest,
+    EpisodeRecord,
+    Estop,
+    Failed,
+    Gate,
+    Init,
+    LoopEvent,
+    Message,
+    Observation,
+    Ready,
+    ShutdownRequest,
+    StatusMap,
+    TargetClear,
+    TargetPut,
+    Tick,
+    Waiting,
+)
+from runtime.arm.wire import Link, LinkClosed, Refusals
+from runtime.control.config import control_rate
 from runtime.control.feed import Blocked, OnDone, Prefix
-from runtime.control.latch import Latch
 from runtime.control.loop import ControlLoop
-from runtime.control.mailbox import parse
 from runtime.control.mode import MOVING
-from runtime.teleop.config import TeleopConfig
+from runtime.errors import LinkProtocolError
 
 log = logging.getLogger("runtime.arm")
 
 #: seconds between full ``control status`` maps sent to the daemon (snapshots go every tick)
 STATUS_EVERY_S = 0.25
+#: seconds the arm process waits for its configuration, the daemon's first message
+INIT_TIMEOUT_S = 30.0
 
 
 class LinkPolicy:
     """The loop's :class:`~runtime.control.feed.PolicyFeed` across the link: the daemon adds the camera
     parts, asks its inference worker and sends the chunk back; it also says, many times a second,
-    whether the policy may be asked (the gate). Silence longer than ``timeout_s`` is a loss."""
+    whether the policy may be asked (the gate). Silence longer than ``timeout_s`` is a loss; what
+    counts as word from the daemon is each message taken (:meth:`heard`)."""
 
     def __init__(self, link: Link, timeout_s: float) -> None:
         self.link = link
@@ -76,18 +104,14 @@ class LinkPolicy:
         if self.lost() is not None:
             return False
         rid = next(self._ids)
-        message: dict[str, Any] = {"t": "ask", "id": rid, "state": pack_array(state), "reset": reset}
-        if prefix is not None:
-            message["prefix"] = pack_array(prefix.actions)
-            message["delay"] = prefix.delay
-        if not self.link.send(message):
+        if not self.link.send(Ask(rid, state, reset, prefix)):
             return False
         self._pending[rid] = on_done
         return True
 
     def observe(self, state: np.ndarray, *, reset: bool = False) -> None:
         if self.lost() is None:
-            self.link.send({"t": "obs", "state": pack_array(state), "reset": reset})
+            self.link.send(Observation(state, reset))
 
     def blocked(self, now: float) -> Blocked | None:
         lost = self._lost_at(now)
@@ -111,16 +135,13 @@ class LinkPolicy:
     def heard(self) -> None:
         self._heard_at = time.monotonic()
 
-    def on_gate(self, message: dict[str, Any]) -> None:
-        b = message.get("blocked")
-        self._gate = None if b is None else Blocked(str(b[0]), str(b[1]), tuple(b[2]))
+    def on_gate(self, blocked: Blocked | None) -> None:
+        self._gate = blocked
 
-    def on_chunk(self, message: dict[str, Any]) -> None:
-        done = self._pending.pop(int(message["id"]), None)
-        if done is None:
-            return
-        actions = message.get("actions")
-        done(unpack_array(actions) if actions is not None else None, message.get("error"))
+    def on_chunk(self, chunk: Chunk) -> None:
+        done = self._pending.pop(chunk.id, None)
+        if done is not None:
+            done(chunk.actions, chunk.error)
 
     def on_lost(self, reason: str) -> None:
         self._lost = reason
@@ -129,13 +150,13 @@ class LinkPolicy:
             done(None, reason)
 
 
-@dataclass
-class _EpisodeRecord:
+class _EpisodeTap:
     """The arm's side of :class:`~runtime.control.episodes.EpisodeTap`: each tick's record goes to
     the daemon with the snapshot, where the camera frames are and the episode is written."""
 
-    record: list[Any] | None = None
-    ended: bool = False
+    def __init__(self) -> None:
+        self.record: EpisodeRecord | None = None
+        self.ended = False
 
     def tick(
         self,
@@ -146,10 +167,7 @@ class _EpisodeRecord:
         source: str,
         intervention: bool,
     ) -> None:
-        def floats(a: np.ndarray | None) -> list[float] | None:
-            return None if a is None else [float(x) for x in a]
-
-        self.record = [now, floats(present), floats(goal), floats(requested), source, intervention]
+        self.record = EpisodeRecord(now, present, goal, requested, source, intervention)
 
     def end(self) -> None:
         self.ended = True
@@ -164,14 +182,15 @@ class ArmSide:
     def __init__(self, link: Link, policy: LinkPolicy, rate_hz: float) -> None:
         self.link = link
         self.policy = policy
-        self.episode = _EpisodeRecord()
-        self.dumps: deque[dict[str, Any]] = deque()
+        self.episode = _EpisodeTap()
+        self.dumps: deque[Dump] = deque()
         self.shutdown_requested = False
         self.signal_estop = ""
         self._signal_latched_at = -1e9
         self._status_every = max(1, round(rate_hz * STATUS_EVERY_S))
         self._status_failed = False
         self._ticks = 0
+        self._refusals = Refusals()
         self.collector = Collector(rate_hz)
 
     def before_tick(self, loop: ControlLoop) -> None:
@@ -189,11 +208,17 @@ class ArmSide:
         if self.link.closed or self.policy.lost() is not None:
             return
         try:
-            for message in self.link.receive():
+            for message in self.link.messages(lambda e: self._refused(loop, e)):
                 self.policy.heard()
                 self._dispatch(loop, message)
         except LinkClosed as e:
             self._lost(loop, f"the daemon side is gone ({e})")
+
+    def _refused(self, loop: ControlLoop, e: LinkProtocolError) -> None:
+        if self._refusals.first(e):
+            loop.events.emit(
+                logging.ERROR, "arm: refused a message from the daemon (more like it are counted, not logged): %s", e
+            )
 
     def _lost(self, loop: ControlLoop, reason: str) -> None:
         if self.policy.lost() is not None:
@@ -201,53 +226,57 @@ class ArmSide:
         self.policy.on_lost(reason)
         log.critical("arm: %s; holding the last safe goal, then %s", reason, loop.config.safety.stall_action)
 
-    def _dispatch(self, loop: ControlLoop, m: dict[str, Any]) -> None:
-        kind = m.get("t")
-        if kind == "gate":
-            self.policy.on_gate(m)
-        elif kind == "chunk":
-            self.policy.on_chunk(m)
-        elif kind == "target":
-            loop.teleop.put(int(m["seq"]), np.array(m["positions"], dtype=np.float64), float(m["at"]))
-        elif kind == "target_clear":
-            loop.teleop.clear()
-        elif kind == "estop":
-            reason = str(m["reason"])
-            if reason.startswith("signal") and time.monotonic() - self._signal_latched_at < 1.0:
-                return  # `systemctl kill -s USR1` reached this process too: one latch for one signal
-            loop.post_estop(Latch(int(m["id"]), reason, float(m["at"])))
-        elif kind == "cmd":
-            try:
-                loop.request(parse(str(m["word"]), str(m.get("who", "")), int(m.get("latch", 0))))
-            except ValueError as e:
-                loop.events.emit(logging.ERROR, "arm: refused a command from the daemon: %s", e)
-        elif kind == "dump":
-            self.dumps.append(m)
-        elif kind == "shutdown":
-            self.shutdown_requested = True
+    def _dispatch(self, loop: ControlLoop, message: Message) -> None:
+        match message:
+            case Gate(blocked=blocked):
+                self.policy.on_gate(blocked)
+            case Chunk():
+                self.policy.on_chunk(message)
+            case TargetPut(target=target):
+                loop.teleop.put(target.seq, target.positions, target.received_at)
+            case TargetClear():
+                loop.teleop.clear()
+            case Estop(latch=latch):
+                if latch.reason.startswith("signal") and time.monotonic() - self._signal_latched_at < 1.0:
+                    return  # `systemctl kill -s USR1` reached this process too: one latch for one signal
+                loop.post_estop(latch)
+            case CommandRequest(command=command):
+                loop.request(command)
+            case Dump():
+                self.dumps.append(message)
+            case ShutdownRequest():
+                self.shutdown_requested = True
+            case _:  # a second configuration (the link refuses the arm process's own kinds)
+                self.link.refused += 1
+                self._refused(
+                    loop,
+                    LinkProtocolError(
+                        f"the daemon's {KINDS[type(message)]!r} message comes only first",
+                        kind=KINDS[type(message)],
+                        field="t",
+                    ),
+                )
 
     def after_tick(self, loop: ControlLoop) -> None:
         self.collector.after_write()
         link = self.link
         if link.closed or self.policy.lost() is not None:
             return  # the daemon cannot log them now: this process's main thread does (see _wait)
-        record, self.episode.record = self.episode.record, None
-        message: dict[str, Any] = {"t": "tick", "snap": pack_snapshot(loop.snapshot()), "ep": record}
-        if self.episode.ended:
-            self.episode.ended = False
-            message["episode_end"] = True
-        link.send(message)
+        episode = self.episode
+        record, episode.record = episode.record, None
+        ended, episode.ended = episode.ended, False
+        link.send(Tick(loop.snapshot(), record, ended))
         for event in loop.events.drain():
-            link.send({"t": "ev", "level": event.level, "text": event.text()})
+            link.send(LoopEvent(event.level, event.text()))
         while loop.dump_requests:
-            link.send({"t": "dumpreq", "reason": loop.dump_requests.popleft()})
+            link.send(DumpRequest(loop.dump_requests.popleft()))
         self._ticks += 1
         if self._ticks % self._status_every == 0:
             status = loop.status()
-            status["link"] = {"dropped": link.dropped}
+            status["link"] = {"dropped": link.dropped, "refused": link.refused}
             status["gc"] = self.collector.status()
             try:
-                link.send({"t": "status", "status": status})
+                link.send(StatusMap(status))
             # a value msgpack cannot carry (OverflowError: an integer past 64 bits): say so, never stop the tick
             except (TypeError, ValueError, OverflowError) as e:
                 if not self._status_failed:
@@ -267,20 +296,14 @@ def _mlockall() -> str:
 
 
 def run(fd: int) -> int:
-    sock = socket.socket(fileno=fd)
-    link = Link(sock)
-    init = _receive_init(sock)
-    link.sock.setblocking(False)
+    link = Link(socket.socket(fileno=fd), DAEMON_MESSAGES)
     try:
-        control = from_mapping(ControlConfig, init["control"], "control")
-        teleop = from_mapping(TeleopConfig, init["teleop"], "teleop")
-        arm_cfg = from_mapping(ArmConfig, init["arm"], "arm")
-        manifest = parse_manifest(init["manifest"], "the daemon's manifest")
-    except Exception as e:  # the daemon checked them first: an arm process of another version, said as such
-        link.send_last({"t": "failed", "error": f"the arm process cannot take the daemon's configuration: {e}"})
+        init = _receive_init(link)
+    except LinkProtocolError as e:  # the daemon checked its configuration first: another version, said as such
+        link.send_last(Failed(f"the arm process cannot take the daemon's configuration: {e}"))
         link.close()
         return 1
-    cpu = init.get("cpu")
+    control, manifest, cpu = init.control, init.manifest, init.cpu
 
     side: ArmSide | None = None
     stop = {"term": False}
@@ -309,15 +332,15 @@ def run(fd: int) -> int:
 
     from runtime.arm_monitor import ArmMonitor
 
-    monitor = ArmMonitor(arm_cfg)
+    monitor = ArmMonitor(init.arm)
     try:
         monitor.open_waiting(
-            float(init.get("arm_wait_s", 0.0)),
+            init.arm_wait_s,
             should_stop=lambda: stop["term"],
-            on_wait=lambda text: link.send({"t": "waiting", "text": text}),
+            on_wait=lambda text: link.send(Waiting(text)),
         )
     except (InterruptedError, Exception) as e:  # the daemon reports it and exits; nothing moved
-        link.send_last({"t": "failed", "error": f"{type(e).__name__}: {e}" if not str(e) else str(e)})
+        link.send_last(Failed(f"{type(e).__name__}: {e}" if not str(e) else str(e)))
         link.close()
         return 1
     bus = monitor.bus
@@ -327,24 +350,17 @@ def run(fd: int) -> int:
     try:
         side = ArmSide(link, policy, control_rate(control, manifest.control_rate_hz))
         try:
-            loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=teleop, hooks=side)
+            loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=init.teleop, hooks=side)
         except Exception as e:  # a policy for another arm: the daemon reports it and exits; nothing moved
-            link.send_last({"t": "failed", "error": str(e)})
+            link.send_last(Failed(str(e)))
             return 1
-        if init.get("record"):
+        if init.record:
             loop.episodes = side.episode  # type: ignore[assignment]
-        link.send({"t": "status", "status": loop.status()})
+        link.send(StatusMap(loop.status()))
         memory = _mlockall()
         Collector.take_over()  # from here on only the loop's thread collects, after its writes
-        link.send(
-            {
-                "t": "ready",
-                "pid": os.getpid(),
-                "memory": memory,
-                "joints": list(loop.names),
-                "positions": {n: s.position for n, s in monitor.last_state.items()},
-            }
-        )
+        positions = {n: s.position for n, s in monitor.last_state.items()}
+        link.send(Ready(os.getpid(), memory, tuple(loop.names), positions))
         policy.heard()  # silence counts from here, not from before the arm was opened
         loop.start()
         if control.rt_priority > 1:
@@ -359,22 +375,30 @@ def run(fd: int) -> int:
         if loop is not None and loop.alive:
             loop.shutdown()
         ok = monitor.close()
-        link.send_last({"t": "bye", "ok": ok and (loop.shutdown_ok if loop is not None else True)})
+        link.send_last(Bye(ok and (loop.shutdown_ok if loop is not None else True)))
         link.close()
 
 
-def _receive_init(sock: socket.socket) -> dict[str, Any]:
-    import msgpack
-
-    sock.setblocking(True)
-    sock.settimeout(30.0)
-    data = sock.recv(1 << 20)
-    if not data:
-        raise SystemExit("arm: the daemon closed the link before its configuration")
-    message = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    if not isinstance(message, dict) or message.get("t") != "init":
-        raise SystemExit(f"arm: expected the configuration first, got {str(message)[:80]}")
-    return message
+def _receive_init(link: Link, timeout_s: float = INIT_TIMEOUT_S) -> Init:
+    """The daemon's first message, its configuration. :class:`LinkProtocolError` when that is not
+    one this version takes (another version, another kind, a field wrong); SystemExit when none
+    comes, with no one to tell."""
+    if not select.select([link], [], [], timeout_s)[0]:
+        raise SystemExit(f"arm: no configuration from the daemon within {timeout_s:g} s")
+    try:
+        first = next(link.receive(), None)
+    except LinkClosed:
+        raise SystemExit("arm: the daemon closed the link before its configuration") from None
+    if isinstance(first, Init):
+        return first
+    kind = "nothing" if first is None else f"a {KINDS[type(first)]!r} message"
+    raise LinkProtocolError(
+        f"the daemon's first message must be its configuration ('init'), got {kind}",
+        kind=None if first is None else KINDS[type(first)],
+        field="t",
+        expected="'init'",
+        received=kind,
+    )
 
 
 def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
@@ -399,15 +423,13 @@ def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
     return 0 if ok else 1
 
 
-def _dump(loop: ControlLoop, link: Link, request: dict[str, Any]) -> None:
-    from pathlib import Path
-
+def _dump(loop: ControlLoop, link: Link, request: Dump) -> None:
     try:
-        path = loop.recorder.dump(Path(request["directory"]), str(request["reason"]), request.get("extra") or {})
+        path = loop.recorder.dump(request.directory, request.reason, dict(request.extra))
     except OSError as e:
-        link.send({"t": "dumped", "id": request["id"], "error": str(e)})
+        link.send(Dumped(request.id, error=str(e)))
         return
-    link.send({"t": "dumped", "id": request["id"], "path": str(path)})
+    link.send(Dumped(request.id, path=path))
 
 
 def main(argv: list[str] | None = None) -> int:

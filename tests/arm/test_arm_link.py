@@ -18,13 +18,37 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 
 from drivers.config import ArmConfig
 from runtime.arm import link as link_module
-from runtime.arm.link import ArmLink, _arr, _exit_words
-from runtime.arm.wire import Link, pack_array, pack_snapshot, unpack_array
+from runtime.arm.link import ArmLink, _exit_words
+from runtime.arm.messages import (
+    ARM_MESSAGES,
+    DAEMON_MESSAGES,
+    Ask,
+    Bye,
+    Chunk,
+    CommandRequest,
+    Dump,
+    Dumped,
+    DumpRequest,
+    EpisodeRecord,
+    Estop,
+    Gate,
+    LoopEvent,
+    Message,
+    Observation,
+    Ready,
+    ShutdownRequest,
+    StatusMap,
+    TargetClear,
+    TargetPut,
+    Tick,
+)
+from runtime.arm.wire import Link
 from runtime.control.config import ControlConfig
 from runtime.control.feed import Blocked
 from runtime.control.latch import ControlRefused, Latch, StaleLatch
@@ -102,20 +126,20 @@ def rig() -> Iterator[tuple[ArmLink, Link, Feed]]:
         feed=feed,  # type: ignore[arg-type]
         cpu=None,
     )
-    ours, other = Link.pair()
-    theirs = Link(other)
+    ours, other = Link.pair(ARM_MESSAGES)
+    theirs = Link(other, DAEMON_MESSAGES)
     arm._link = ours
     yield arm, theirs, feed
     ours.close()
     theirs.close()
 
 
-def got(end: Link) -> list[dict[str, Any]]:
+def got(end: Link) -> list[Message]:
     return list(end.receive())
 
 
-def snap(**fields: Any) -> dict[str, Any]:
-    return pack_snapshot(Snapshot(**fields))
+def tick(**fields: Any) -> Tick:
+    return Tick(Snapshot(**fields))
 
 
 # --- made, and sending -------------------------------------------------------------------------------
@@ -136,7 +160,7 @@ def test_a_new_link_has_no_process_and_the_loops_figures() -> None:
     assert arm.alive is False and arm.death is None and arm.estop is None and arm.estop_reason is None
     assert arm.snapshot().scheduling == "not started" and arm.stalled_for(1e9) == 0.0
     assert arm.teleop.config.deadman_ms == 150.0 and arm.teleop.received == 0 and arm.teleop.out_of_order == 0
-    assert arm.send({"t": "gate"}) is False  # no link yet
+    assert arm.send(Gate()) is False  # no link yet
     assert arm.arm_config == ArmConfig() and arm.config.rate_hz == 0.0 and arm.manifest.action_names == JOINTS
     assert arm.shutdown() is True  # nothing was started
 
@@ -144,8 +168,8 @@ def test_a_new_link_has_no_process_and_the_loops_figures() -> None:
 def test_a_message_the_link_cannot_carry_now_is_counted(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, theirs, _ = rig
     assert arm.record is False  # unless recording is configured
-    assert arm.send({"t": "gate", "blocked": None}) is True and got(theirs) == [{"t": "gate", "blocked": None}]
-    pad = {"t": "x", "pad": b"x" * 60_000}
+    assert arm.send(Gate(None)) is True and got(theirs) == [Gate(None)]
+    pad = Dump(1, Path("/x"), "pad", {"pad": b"x" * 60_000})
     while arm.send(pad):
         pass
     assert arm.link_dropped == 1
@@ -156,7 +180,7 @@ def test_a_message_the_link_cannot_carry_now_is_counted(rig: tuple[ArmLink, Link
 def test_nothing_is_sent_to_a_dead_arm_process(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, theirs, _ = rig
     arm._dead = "the arm process died (killed by SIGKILL)"
-    assert arm.send({"t": "gate"}) is False and got(theirs) == [] and arm.link_dropped == 0
+    assert arm.send(Gate()) is False and got(theirs) == [] and arm.link_dropped == 0
 
 
 # --- the station's targets ------------------------------------------------------------------------------------
@@ -170,19 +194,20 @@ def test_targets_are_forwarded_in_order_and_older_ones_dropped(rig: tuple[ArmLin
     assert inbox.put(3, np.array([4.0, 5.0, 6.0]), 7.8) is True
     assert (inbox.received, inbox.out_of_order) == (2, 2)
     sent = got(theirs)
-    assert sent == [
-        {"t": "target", "seq": 2, "positions": [1.0, 2.0, 3.0], "at": 7.5},
-        {"t": "target", "seq": 3, "positions": [4.0, 5.0, 6.0], "at": 7.8},
+    assert all(isinstance(m, TargetPut) for m in sent)
+    assert [(m.target.seq, m.target.positions.tolist(), m.target.received_at) for m in sent] == [  # type: ignore[union-attr]
+        (2, [1.0, 2.0, 3.0], 7.5),
+        (3, [4.0, 5.0, 6.0], 7.8),
     ]
-    assert all(type(x) is float for x in sent[0]["positions"])
+    assert sent[0].target.positions.dtype == np.float64  # type: ignore[union-attr]
     inbox.clear()  # a new session starts from nothing: its first target may have any number
-    assert got(theirs) == [{"t": "target_clear"}]
+    assert got(theirs) == [TargetClear()]
     assert inbox.put(1, np.array([0.0, 0.0, 0.0]), 8.0) is True
 
 
 def test_the_hand_over_phase_is_the_arms(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, _ = rig
-    arm._dispatch({"t": "tick", "snap": snap(teleop_phase="handover", mode=Mode.TELEOP)})
+    arm._dispatch(tick(teleop_phase="handover", mode=Mode.TELEOP))
     assert arm.teleop.phase == "handover"
 
 
@@ -198,9 +223,9 @@ def test_the_gate_says_whether_the_policy_may_be_asked(rig: tuple[ArmLink, Link,
     arm._send_gate(13.5)
     assert feed.blocked_at == [12.5, 13.0, 13.5]
     assert got(theirs) == [
-        {"t": "gate", "blocked": None},
-        {"t": "gate", "blocked": ["stale:front", "stale observation stream: front", ["front"]]},
-        {"t": "gate", "blocked": ["untrusted", "the policy check failed: boom", []]},
+        Gate(None),
+        Gate(Blocked("stale:front", "stale observation stream: front", ("front",))),
+        Gate(Blocked("untrusted", "the policy check failed: boom")),
     ]
 
 
@@ -211,74 +236,81 @@ def test_a_tick_is_the_newest_snapshot_and_drops_the_estops_it_has_taken(rig: tu
     arm, theirs, _ = rig
     first, second, third = (arm.request_estop(r) for r in ("one", "two", "three"))
     got(theirs)
-    arm._dispatch({"t": "tick", "snap": snap(tick=5, latches_taken=2, mode=Mode.ESTOPPED, latch=second)})
+    arm._dispatch(tick(tick=5, latches_taken=2, mode=Mode.ESTOPPED, latch=second))
     assert arm.snapshot().tick == 5 and list(arm._pending_estops) == [third]
     assert arm.estop == third  # requested, not taken yet: newer than the one in effect
-    arm._dispatch({"t": "tick", "snap": snap(tick=6, latches_taken=3, latch=third)})
+    arm._dispatch(tick(tick=6, latches_taken=3, latch=third))
     assert list(arm._pending_estops) == [] and arm.estop == third and arm.estop_reason == "three"
     assert first.id == 1
 
 
 def test_a_tick_carries_the_episode_record_and_its_end(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, _ = rig
-    arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.0, [1.0], [2.0], None, "hold", False]})  # no tap: ignored
+    one = np.array([1.0])
+    arm._dispatch(Tick(Snapshot(), EpisodeRecord(1.0, one, one, None, "hold", False)))  # no tap: ignored
     tap = Episodes()
     arm.episodes = tap
-    arm._dispatch({"t": "tick", "snap": snap(), "ep": [1.5, [1.0, 2.0], [3.0, 4.0], [5, 6], "policy", True]})
-    arm._dispatch({"t": "tick", "snap": snap(), "ep": None, "episode_end": True})
-    [(now, present, goal, requested, source, intervention)] = tap.ticks
-    assert (now, source, intervention) == (1.5, "policy", True)
-    assert present.dtype == np.float64 and present.tolist() == [1.0, 2.0] and goal.tolist() == [3.0, 4.0]
-    assert requested.dtype == np.float64 and requested.tolist() == [5.0, 6.0]
+    present, goal, requested = np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([5.0, 6.0])
+    arm._dispatch(Tick(Snapshot(), EpisodeRecord(1.5, present, goal, requested, "policy", True)))
+    arm._dispatch(Tick(Snapshot(), None, episode_end=True))
+    assert tap.ticks == [(1.5, present, goal, requested, "policy", True)]
     assert tap.ended == 1
-    arm._dispatch({"t": "tick", "snap": snap(), "ep": None, "episode_end": False})
+    arm._dispatch(Tick(Snapshot(), None, episode_end=False))
     assert tap.ended == 1 and len(tap.ticks) == 1
 
 
 def test_an_ask_goes_to_the_feed_and_its_answer_back_to_the_arm(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, theirs, feed = rig
     state = np.array([1.0, 2.0, 3.0], dtype=np.float32)
-    arm._dispatch({"t": "ask", "id": 7, "state": pack_array(state), "reset": 1})
+    arm._dispatch(Ask(7, state, True))
     [(got_state, done, reset)] = feed.submitted
-    assert np.array_equal(got_state, state) and got_state.dtype == np.float32 and reset is True
+    assert got_state is state and reset is True
     done(np.ones((2, 3), dtype=np.float64), None)
     done(None, "inference failed: boom")
     done(None, None)
     replies = got(theirs)
-    assert replies[0]["t"] == "chunk" and replies[0]["id"] == 7 and set(replies[0]) == {"t", "id", "actions"}
-    actions = unpack_array(replies[0]["actions"])
-    assert actions.dtype == np.float32 and actions.tolist() == [[1.0] * 3] * 2
-    assert replies[1:] == [
-        {"t": "chunk", "id": 7, "error": "inference failed: boom"},
-        {"t": "chunk", "id": 7, "error": "no chunk"},
-    ]
+    first = replies[0]
+    assert isinstance(first, Chunk) and first.id == 7 and first.error is None and first.actions is not None
+    assert first.actions.dtype == np.float32 and first.actions.tolist() == [[1.0] * 3] * 2
+    assert replies[1:] == [Chunk(7, error="inference failed: boom"), Chunk(7, error="no chunk")]
     feed.accept = False
-    arm._dispatch({"t": "ask", "id": 8, "state": pack_array(state), "reset": False})
+    arm._dispatch(Ask(8, state, False))
     assert feed.submitted[-1][2] is False
-    assert got(theirs) == [{"t": "chunk", "id": 8, "error": "the server is not taking work"}]
+    assert got(theirs) == [Chunk(8, error="the server is not taking work")]
 
 
 def test_an_observation_goes_to_the_feed(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, feed = rig
     state = np.array([4.0, 5.0, 6.0], dtype=np.float32)
-    arm._dispatch({"t": "obs", "state": pack_array(state), "reset": 0})
-    arm._dispatch({"t": "obs", "state": pack_array(state), "reset": 1})
+    arm._dispatch(Observation(state, False))
+    arm._dispatch(Observation(state, True))
     [(got_state, reset), (_, reset_again)] = feed.observed
-    assert got_state.tolist() == [4.0, 5.0, 6.0] and reset is False and reset_again is True
+    assert got_state is state and reset is False and reset_again is True
 
 
 def test_the_arms_events_status_and_requests_land_on_the_daemons_side(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, _ = rig
-    arm._dispatch({"t": "ev", "level": logging.WARNING, "text": "safety: a 100% step"})
-    arm._dispatch({"t": "status", "status": {"rate_hz": 8.0}})
-    arm._dispatch({"t": "dumpreq", "reason": "estop"})
-    arm._dispatch({"t": "bye", "ok": 1})
-    arm._dispatch({"t": "something new"})
+    arm._dispatch(LoopEvent(logging.WARNING, "safety: a 100% step"))
+    arm._dispatch(StatusMap({"rate_hz": 8.0}))
+    arm._dispatch(DumpRequest("estop"))
+    arm._dispatch(Bye(True))
     [event] = arm.events.drain()
     assert (event.level, event.text()) == (logging.WARNING, "safety: a 100% step")
     assert arm._status == {"rate_hz": 8.0} and list(arm.dump_requests) == ["estop"] and arm._bye is True
-    arm._dispatch({"t": "bye", "ok": 0})
+    arm._dispatch(Bye(False))
     assert arm._bye is False
+
+
+def test_a_hand_shake_message_after_the_start_is_only_logged(
+    rig: tuple[ArmLink, Link, Feed], caplog: pytest.LogCaptureFixture
+) -> None:
+    arm, _, _ = rig
+    with caplog.at_level(logging.WARNING, logger="runtime.arm.link"):
+        arm._dispatch(Ready(1, "", ("x",), {}))
+    assert arm.names == JOINTS and arm.memory == ""
+    assert [r.getMessage() for r in caplog.records] == [
+        "arm link: a Ready from the arm process after its start: ignored"
+    ]
 
 
 # --- the arm process's death ---------------------------------------------------------------------------------
@@ -336,7 +368,7 @@ def test_alive_needs_the_process_and_the_links_thread(rig: tuple[ArmLink, Link, 
 
 def test_a_stalled_arm_process_is_seen_only_while_it_is_alive(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, _ = rig
-    arm._dispatch({"t": "tick", "snap": snap(tick=3, at=100.0)})
+    arm._dispatch(tick(tick=3, at=100.0))
     assert arm.stalled_for(101.0) == 0.0
     arm._proc, arm._thread = Proc(), threading.current_thread()  # type: ignore[assignment]
     assert arm.stalled_for(100.5) == 0.0 and arm.stalled_for(101.0) == pytest.approx(1.0)  # 5 periods: 0.625 s
@@ -357,12 +389,6 @@ def test_how_a_process_ended_in_words(code: int | None, words: str) -> None:
     assert _exit_words(code) == words
 
 
-def test_lists_from_the_arm_become_float_arrays() -> None:
-    assert _arr(None) is None
-    a = _arr([1, 2])
-    assert a is not None and a.dtype == np.float64 and a.tolist() == [1.0, 2.0]
-
-
 # --- e-stops, checks and requests ----------------------------------------------------------------------------
 
 
@@ -373,18 +399,18 @@ def test_an_estop_is_numbered_sent_and_in_effect_at_once(
     monkeypatch.setattr(link_module.time, "monotonic", lambda: 321.0)
     latch = arm.request_estop("button")
     assert latch == Latch(1, "button", 321.0) and arm.estop == latch and arm.estop_reason == "button"
-    assert got(theirs) == [{"t": "estop", "id": 1, "reason": "button", "at": 321.0}]
+    assert got(theirs) == [Estop(Latch(1, "button", 321.0))]
     assert arm.request_estop("again").id == 2
 
 
 def test_an_estop_is_numbered_after_every_latch_the_arm_has_given_out(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, _ = rig
     # the arm latched faults of its own: numbers 1..4 are taken, 3 is the one in effect
-    arm._dispatch({"t": "tick", "snap": snap(latches_taken=4, latch=Latch(3, "servo fault", 1.0))})
+    arm._dispatch(tick(latches_taken=4, latch=Latch(3, "servo fault", 1.0)))
     assert arm.request_estop("button").id == 5 and arm.request_estop("again").id == 6
-    arm._dispatch({"t": "tick", "snap": snap(latches_taken=0, latch=Latch(9, "fault", 1.0))})
+    arm._dispatch(tick(latches_taken=0, latch=Latch(9, "fault", 1.0)))
     assert arm.request_estop("third").id == 10
-    arm._dispatch({"t": "tick", "snap": snap(latches_taken=11)})
+    arm._dispatch(tick(latches_taken=11))
     assert arm.request_estop("the next number is the arm's newest").id == 12
 
 
@@ -399,7 +425,7 @@ def test_the_handlers_checks_are_the_loops_on_the_arms_snapshot(
     arm.check("teleop")
     arm.check("stop")
     assert feed.blocked_at == [77.0]
-    arm._dispatch({"t": "tick", "snap": snap(arm_error="no reply from servo 2")})
+    arm._dispatch(tick(arm_error="no reply from servo 2"))
     with pytest.raises(ControlRefused, match=r"^the arm is failing: no reply from servo 2$"):
         arm.check("teleop")
     latch = arm.request_estop("button")
@@ -421,26 +447,35 @@ def test_a_dead_arm_process_refuses_everything_but_a_release(rig: tuple[ArmLink,
         arm.check("release")
 
 
-def test_requests_are_sent_as_words(rig: tuple[ArmLink, Link, Feed]) -> None:
+def test_requests_are_sent_as_the_commands_they_name(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, theirs, _ = rig
     arm.request("start", "op")
     arm.request("stop")
     arm.request("release", "op", 4)
     arm.request(Start("st"))
     arm.request(Release("st", 2), "ignored", 9)
-    arm.request(TakeOver("st"), latch=5)
+    arm.request(TakeOver("st"), latch=5)  # a latch names a release's only
     arm.request(Stop())
     arm.request(Shutdown())
     assert got(theirs) == [
-        {"t": "cmd", "word": "start", "who": "op", "latch": 0},
-        {"t": "cmd", "word": "stop", "who": "", "latch": 0},
-        {"t": "cmd", "word": "release", "who": "op", "latch": 4},
-        {"t": "cmd", "word": "start", "who": "st", "latch": 0},
-        {"t": "cmd", "word": "release", "who": "st", "latch": 2},
-        {"t": "cmd", "word": "teleop", "who": "st", "latch": 5},
-        {"t": "cmd", "word": "stop", "who": "", "latch": 0},
-        {"t": "shutdown"},
+        CommandRequest(Start("op")),
+        CommandRequest(Stop("")),
+        CommandRequest(Release("op", 4)),
+        CommandRequest(Start("st")),
+        CommandRequest(Release("st", 2)),
+        CommandRequest(TakeOver("st")),
+        CommandRequest(Stop("")),
+        ShutdownRequest(),
     ]
+
+
+def test_a_request_word_the_arm_does_not_know_is_refused_here_and_nothing_sent(
+    rig: tuple[ArmLink, Link, Feed],
+) -> None:
+    arm, theirs, _ = rig
+    with pytest.raises(ControlRefused, match=r"^command: expected one of start, teleop, stop, release, got 'dance'$"):
+        arm.request("dance", "op")
+    assert got(theirs) == []
 
 
 # --- a flight recording asked for -------------------------------------------------------------------------------
@@ -451,8 +486,8 @@ def _answer(arm: ArmLink, theirs: Link, reply: dict[str, Any]) -> threading.Thre
         end = time.monotonic() + 5
         while time.monotonic() < end:
             for m in theirs.receive():
-                if m.get("t") == "dump":
-                    arm._dispatch({"t": "dumped", "id": m["id"], **reply})
+                if isinstance(m, Dump):
+                    arm._dispatch(Dumped(m.id, **reply))
                     return
             time.sleep(0.005)
 
@@ -463,7 +498,7 @@ def _answer(arm: ArmLink, theirs: Link, reply: dict[str, Any]) -> threading.Thre
 
 def test_a_recording_asked_for_is_written_by_the_arm_process(rig: tuple[ArmLink, Link, Feed], tmp_path: Path) -> None:
     arm, theirs, _ = rig
-    t = _answer(arm, theirs, {"path": str(tmp_path / "flight.npz")})
+    t = _answer(arm, theirs, {"path": tmp_path / "flight.npz"})
     assert arm.recorder.dump(tmp_path, "estop", {"who": "op"}) == tmp_path / "flight.npz"
     t.join(5)
     assert arm._dumps == {}
@@ -482,20 +517,20 @@ def test_a_recording_the_arm_process_could_not_write_raises_its_error(
 
 def test_the_request_for_a_recording_carries_what_to_write(rig: tuple[ArmLink, Link, Feed], tmp_path: Path) -> None:
     arm, theirs, _ = rig
-    seen: list[dict[str, Any]] = []
+    seen: list[Message] = []
 
     def go() -> None:
         end = time.monotonic() + 5
         while time.monotonic() < end and not seen:
             seen.extend(theirs.receive())
             time.sleep(0.005)
-        arm._dispatch({"t": "dumped", "id": seen[0]["id"], "path": "/p"})
+        arm._dispatch(Dumped(1, path=Path("/p")))
 
     t = threading.Thread(target=go, daemon=True)
     t.start()
-    arm.recorder.dump(tmp_path, "stall rest")
+    assert arm.recorder.dump(tmp_path, "stall rest") == Path("/p")
     t.join(5)
-    assert seen == [{"t": "dump", "id": 1, "directory": str(tmp_path), "reason": "stall rest", "extra": {}}]
+    assert seen == [Dump(1, tmp_path, "stall rest", {})]
 
 
 def test_a_recording_the_arm_process_does_not_answer_is_an_error_after_the_timeout(
@@ -512,7 +547,7 @@ def test_a_recording_is_not_asked_of_an_arm_process_out_of_reach(
     rig: tuple[ArmLink, Link, Feed], tmp_path: Path
 ) -> None:
     arm, _, _ = rig
-    pad = {"t": "x", "pad": b"x" * 60_000}
+    pad = Dump(1, Path("/x"), "pad", {"pad": b"x" * 60_000})
     while arm.send(pad):
         pass
     with pytest.raises(OSError, match=r"^the arm process is not reachable \(link full\)$"):
@@ -575,12 +610,9 @@ def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(
     arm, _, feed = rig
     arm.pid, arm.memory = 4242, "memory locked"
     arm._dispatch(
-        {
-            "t": "status",
-            "status": {"mode": "idle", "tick": 1, "teleop": {"phase": "", "targets": 0}, "arm": {"healthy": True}},
-        }
+        StatusMap({"mode": "idle", "tick": 1, "teleop": {"phase": "", "targets": 0}, "arm": {"healthy": True}})
     )
-    arm._dispatch({"t": "tick", "snap": snap(tick=9, mode=Mode.TELEOP, queue_depth=3)})
+    arm._dispatch(tick(tick=9, mode=Mode.TELEOP, queue_depth=3))
     arm.teleop.put(1, np.zeros(3), 1.0)
     arm.teleop.put(1, np.zeros(3), 1.0)
     feed.gate = Blocked("stale:front", "stale observation stream: front", ("front",))
@@ -607,6 +639,7 @@ def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(
             "death": "",
             "memory": "memory locked",
             "link_dropped": 2,
+            "link_refused": 0,
         },
     }
     assert arm._status["teleop"] == {"phase": "", "targets": 0}  # the arm's map is copied, not changed
@@ -614,7 +647,7 @@ def test_status_is_the_arms_map_brought_up_to_date_with_what_the_daemon_knows(
 
 def test_status_of_a_dead_arm_process_says_so(rig: tuple[ArmLink, Link, Feed]) -> None:
     arm, _, _ = rig
-    arm._dispatch({"t": "status", "status": {"arm": {"healthy": True, "positions": {"a": 1.0}}}})
+    arm._dispatch(StatusMap({"arm": {"healthy": True, "positions": {"a": 1.0}}}))
     arm.request_estop("button")
     arm._dead = "the arm process died (killed by SIGKILL)"
     status = arm.status()
@@ -636,6 +669,16 @@ def test_status_without_the_arms_map_yet_still_says_what_the_daemon_knows(rig: t
 # --- the link's thread ---------------------------------------------------------------------------------------
 
 
+class Broken:
+    """An episode tap with a bug."""
+
+    def tick(self, *args: Any) -> None:
+        raise RuntimeError("a bug in the tap")
+
+    def status(self) -> None:
+        return None
+
+
 def _thread_cpu_s(thread: threading.Thread) -> float:
     """CPU seconds a thread of this process has used (user and system), from /proc."""
     fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
@@ -651,9 +694,9 @@ def test_the_links_thread_sends_the_gate_reads_the_arm_and_sees_it_die(
     arm._thread = thread
     thread.start()
     end = time.monotonic() + 5
-    gates: list[dict[str, Any]] = []
+    gates: list[Message] = []
     while len(gates) < 3 and time.monotonic() < end:
-        gates.extend(m for m in theirs.receive() if m["t"] == "gate")
+        gates.extend(m for m in theirs.receive() if isinstance(m, Gate))
         time.sleep(0.005)
     assert len(gates) >= 3  # every GATE_EVERY_S: the arm's sign that the daemon is alive
     # between gates the thread sleeps in poll: over half a second, about 25 gates and next to no CPU
@@ -663,13 +706,24 @@ def test_the_links_thread_sends_the_gate_reads_the_arm_and_sees_it_die(
     assert 10 <= len(feed.blocked_at) - gates_before <= 30
     assert _thread_cpu_s(thread) - cpu_before < 0.1
     assert all(abs(t - time.monotonic()) < 5 for t in feed.blocked_at)
+    arm.episodes = Broken()
+    end = time.monotonic() + 5
     with caplog.at_level(logging.ERROR, logger="runtime.arm.link"):
-        theirs.send({"t": "tick", "snap": {"broken": True}})  # a bug in handling one message
-        theirs.send({"t": "status", "status": {"after": "the bug"}})
+        record = EpisodeRecord(1.0, None, None, None, "hold", False)
+        theirs.send(Tick(Snapshot(tick=7), record))  # a bug in handling one message
+        for _ in range(2):  # a message this side cannot take, twice: said once, counted twice
+            theirs.sock.send(msgpack.packb({"t": "bye", "ok": "maybe"}))
+        theirs.send(StatusMap({"after": "the bug"}))
         while arm._status != {"after": "the bug"} and time.monotonic() < end:
             time.sleep(0.005)
     assert arm._status == {"after": "the bug"} and thread.is_alive()
-    assert [r.getMessage() for r in caplog.records] == ["arm link: a message from the arm process failed: tick"]
+    assert arm.snapshot().tick == 7  # taken before the tap failed
+    assert [r.getMessage() for r in caplog.records] == [
+        "arm link: a Tick from the arm process failed",
+        "arm link: refused a message from the arm process (more like it are counted, not logged): "
+        "the arm process's 'bye' message: 'ok' expected true or false, got 'maybe' (str)",
+    ]
+    assert arm.status()["process"]["link_refused"] == 2 and arm._bye is None
     theirs.close()
     thread.join(5)
     assert not thread.is_alive() and arm.death == "the arm process died (killed by SIGKILL)"

@@ -9,6 +9,7 @@ the real arm process does with the arm is in ``tests/arm/test_faults.py``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 from drivers.config import ArmConfig
 from runtime.arm import link as link_module
 from runtime.arm.link import ArmLink, ArmProcessError
+from runtime.arm.messages import LINK_VERSION
 from runtime.control.config import ControlConfig
 from runtime.teleop.config import TeleopConfig
 from tests.arm.test_arm_link import Feed
@@ -35,7 +37,8 @@ POPEN = subprocess.Popen  # the link's is replaced (the module is shared): the s
 STAND_IN = r"""
 import json, os, signal, socket, sys, time
 import msgpack
-from runtime.arm.wire import pack_snapshot
+from runtime.arm.codec import encode
+from runtime.arm.messages import Bye, Failed, LoopEvent, Ready, StatusMap, Tick, Waiting
 from runtime.control.snapshot import Snapshot
 
 fd = int(sys.argv[sys.argv.index("--fd") + 1])
@@ -44,7 +47,7 @@ scenario = os.environ["ARM_SCENARIO"]
 heard = open(os.environ["ARM_HEARD"], "a", buffering=1)
 
 def send(m):
-    sock.send(msgpack.packb(m, use_bin_type=True))
+    sock.send(encode(m))
 
 def receive(timeout):
     sock.settimeout(timeout)
@@ -54,7 +57,7 @@ def receive(timeout):
         return None
     if not data:
         sys.exit(0)
-    m = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    m = msgpack.unpackb(data, raw=False, strict_map_key=False)  # the map as it came, for the test to read
     heard.write(json.dumps(m) + "\n")
     return m
 
@@ -66,48 +69,52 @@ def until(kind, seconds):
             return m
     return None
 
+def ready(memory=""):
+    send(Ready(os.getpid(), memory, ("j1", "j2", "j3"), {"j1": 0.0, "j2": 0.0, "j3": 0.0}))
+
 receive(10)  # init
-if scenario == "bare":  # an event while it takes the arm; a ready message that names nothing
-    send({"t": "ev", "level": 30, "text": "calibration read from the servos"})
-    send({"t": "ready"})
+if scenario == "refused":  # an event while it takes the arm; a ready missing its fields, then a whole one
+    send(LoopEvent(30, "calibration read from the servos"))
+    sock.send(msgpack.packb({"t": "ready", "pid": os.getpid()}))
+    ready("after the refused one")
     until("gate", 5)
     heard.write(json.dumps({"stand-in": "tick sent"}) + "\n")
-    send({"t": "tick", "snap": pack_snapshot(Snapshot())})
-    until("shutdown", 10)
-    send({"t": "bye", "ok": True})
+    send(Tick(Snapshot()))
+    until("shutdown_request", 10)
+    send(Bye(True))
     sys.exit(0)
 if scenario == "ready":
-    send({"t": "waiting", "text": "the arm on /dev/ttyTEST does not answer; waiting"})
-    send({"t": "status", "status": {"phase": "connected"}})
-    send({"t": "ready", "joints": ["j1", "j2", "j3"], "memory": "locked 12 MB"})
+    send(Waiting("the arm on /dev/ttyTEST does not answer; waiting"))
+    send(StatusMap({"phase": "connected"}))
+    ready("locked 12 MB")
     until("gate", 5)  # the gate comes once the arm is held, before the first tick
-    send({"t": "tick", "snap": pack_snapshot(Snapshot(scheduling="SCHED_FIFO 30"))})
-    until("shutdown", 10)
-    send({"t": "bye", "ok": os.environ.get("ARM_BYE", "1") == "1"})
+    send(Tick(Snapshot(scheduling="SCHED_FIFO 30")))
+    until("shutdown_request", 10)
+    send(Bye(os.environ.get("ARM_BYE", "1") == "1"))
     sys.exit(int(os.environ.get("ARM_EXIT", "0")))
 if scenario == "failed":
-    send({"t": "failed", "error": "no arm on /dev/ttyTEST: [Errno 2] No such file or directory"})
+    send(Failed("no arm on /dev/ttyTEST: [Errno 2] No such file or directory"))
     sys.exit(1)
 if scenario == "exit":
     sys.exit(3)
 if scenario == "wait-then-fail-on-term":
-    signal.signal(signal.SIGTERM, lambda *a: (send({"t": "failed", "error": "stopped"}), sys.exit(1)))
+    signal.signal(signal.SIGTERM, lambda *a: (send(Failed("stopped")), sys.exit(1)))
     while True:
-        send({"t": "waiting", "text": "still waiting"})
+        send(Waiting("still waiting"))
         time.sleep(0.05)
 if scenario == "wait":  # SIGTERM ends it at once (its handler not set up yet)
     while True:
         time.sleep(0.05)
 if scenario == "vanish":  # takes the arm, then ends on its own, with status 0
-    send({"t": "ready", "joints": ["j1", "j2", "j3"], "memory": ""})
+    ready()
     until("gate", 5)
-    send({"t": "tick", "snap": pack_snapshot(Snapshot())})
+    send(Tick(Snapshot()))
     until("gate", 5)
     sys.exit(0)
 if scenario == "stubborn":  # takes the arm, then ignores shutdown and SIGTERM
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    send({"t": "ready", "joints": ["j1", "j2", "j3"], "memory": ""})
-    send({"t": "tick", "snap": pack_snapshot(Snapshot())})
+    ready()
+    send(Tick(Snapshot()))
     while True:
         time.sleep(0.05)
 """
@@ -193,7 +200,7 @@ def test_the_arm_process_is_started_with_the_link_and_the_configuration_first(
         assert arm.alive and arm.death is None
         heard = stand_in.messages()
         init = heard[0]
-        assert init["t"] == "init"
+        assert init["t"] == "init" and init["version"] == LINK_VERSION
         assert (init["cpu"], init["arm_wait_s"], init["record"]) == (1, 7.5, True)
         assert init["arm"]["port"] == "/dev/ttyTEST" and init["control"]["rate_hz"] == 8.0
         assert init["teleop"] == json.loads(json.dumps(__import__("dataclasses").asdict(TeleopConfig())))
@@ -202,7 +209,7 @@ def test_the_arm_process_is_started_with_the_link_and_the_configuration_first(
     finally:
         assert arm.shutdown(5.0) is True
     assert arm.death == "the arm process ended (exit status 0)"
-    assert {"t": "shutdown"} in stand_in.messages()
+    assert {"t": "shutdown_request"} in stand_in.messages()
 
 
 def test_without_pythonpath_the_arm_process_gets_the_packages_root(
@@ -284,15 +291,21 @@ def test_an_arm_process_that_ended_on_its_own_is_not_a_safe_shutdown(launch: Any
     assert arm.shutdown(5.0) is False  # it exited 0, but not because it was asked to
 
 
-def test_a_ready_that_names_nothing_keeps_the_manifests_joints_and_an_event_on_the_way_is_kept(
-    launch: Any,
+def test_a_ready_missing_its_fields_is_refused_by_name_and_the_start_goes_on(
+    launch: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stand_in = launch("bare")
+    stand_in = launch("refused")
     arm = _arm()
-    arm.start()
+    with caplog.at_level(logging.ERROR, logger="runtime.arm.link"):
+        arm.start()
     try:
-        assert arm.names == manifest().action_names and arm.memory == ""
+        assert arm.names == ("j1", "j2", "j3") and arm.memory == "after the refused one"
         assert [(e.level, e.text()) for e in arm.events.drain()] == [(30, "calibration read from the servos")]
+        assert [r.getMessage() for r in caplog.records] == [
+            "arm link: refused a message from the arm process (more like it are counted, not logged): "
+            "the arm process's 'ready' message has no 'memory' (expected a string)"
+        ]
+        assert arm.status()["process"]["link_refused"] == 1
         kinds = [m.get("t", m.get("stand-in")) for m in stand_in.messages()]
         # the gate is sent during the hand-shake, once the arm is held: before the first tick
         assert kinds[:3] == ["init", "gate", "tick sent"]
@@ -308,3 +321,19 @@ def test_a_stop_asked_while_a_silent_arm_process_starts_is_noticed(launch: Any) 
     with pytest.raises(InterruptedError) as err:  # noticed between polls, with no message to wake it
         _arm().start(should_stop=lambda: time.monotonic() > asked_at)
     assert str(err.value).startswith("stopped while waiting for the arm")
+
+
+def test_an_arm_process_of_another_version_refuses_the_daemon_naming_both_versions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real arm process, told by a daemon of another version: it says so and ends, nothing opened."""
+    monkeypatch.setattr(link_module, "LINK_VERSION", LINK_VERSION + 1)
+    arm = _arm()
+    with pytest.raises(ArmProcessError) as err:
+        arm.start()
+    assert str(err.value) == (
+        "the arm process cannot take the daemon's configuration: the daemon speaks link protocol version "
+        f"{LINK_VERSION + 1}, this arm process speaks version {LINK_VERSION}: the two come from different "
+        "installs; restart the service so that both are the installed one"
+    )
+    assert arm._proc is not None and arm._proc.poll() is not None  # ended, or ended by the link

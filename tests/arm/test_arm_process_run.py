@@ -2,7 +2,8 @@
 signals it answers, its CPU, the arm opened (simulated servos on a pseudo-terminal), the loop started and
 said ready, a shutdown asked by the daemon, and each way it refuses to start with nothing moved.
 
-The test holds the daemon's end of a real socket pair and plays the daemon from a thread; ``run`` keeps
+The test holds the daemon's end of a real socket pair and plays the daemon from a thread (its first
+message written as the map it travels as, so that a test can spoil it); ``run`` keeps
 the test's main thread, as it keeps the arm process's. What would change the test process for good is
 recorded instead of done: the signal handlers, the memory lock, the garbage collector taken over, the
 scheduling of its threads. ``tests/arm/test_faults.py`` runs the real process under a real daemon.
@@ -19,19 +20,42 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgpack
+import numpy as np
 import pytest
 
 from drivers.config import ArmConfig
 from runtime.arm import process
-from runtime.arm.wire import Link, LinkClosed, unpack_array
+from runtime.arm.codec import encode
+from runtime.arm.messages import (
+    ARM_MESSAGES,
+    KINDS,
+    LINK_VERSION,
+    Ask,
+    Bye,
+    CommandRequest,
+    Failed,
+    Gate,
+    Init,
+    LoopEvent,
+    Message,
+    Ready,
+    ShutdownRequest,
+    StatusMap,
+    Tick,
+    Waiting,
+)
+from runtime.arm.wire import Link, LinkClosed
 from runtime.control.config import ControlConfig
+from runtime.control.mailbox import Start
 from runtime.teleop.config import TeleopConfig
 from tests.control.small_arm import manifest as small_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION = str(ROOT / "configs" / "calibration" / "so101_sim.toml")
+M = TypeVar("M", bound=Message)
 SO101 = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 WAIT_S = 20.0
 
@@ -83,17 +107,18 @@ def changes(monkeypatch: pytest.MonkeyPatch) -> Changes:
 def init(
     arm: ArmConfig | None = None, *, names: tuple[str, ...] = SO101, cpu: int | None = None, **control: Any
 ) -> dict[str, Any]:
+    """The configuration as the map it travels as."""
     control.setdefault("rt_priority", 0)
-    return {
-        "t": "init",
-        "control": asdict(ControlConfig(**control)),
-        "teleop": asdict(TeleopConfig()),
-        "arm": asdict(arm or ArmConfig(kind="sim", calibration=CALIBRATION)),
-        "manifest": small_manifest(names=names, rate_hz=30).to_json(),
-        "cpu": cpu,
-        "arm_wait_s": 0.0,
-        "record": False,
-    }
+    message = Init(
+        LINK_VERSION,
+        ControlConfig(**control),
+        TeleopConfig(),
+        arm or ArmConfig(kind="sim", calibration=CALIBRATION),
+        small_manifest(names=names, rate_hz=30),
+        cpu=cpu,
+    )
+    wire: dict[str, Any] = msgpack.unpackb(encode(message), raw=False, strict_map_key=False)
+    return wire
 
 
 class Daemon:
@@ -103,25 +128,25 @@ class Daemon:
         self,
         sock: socket.socket,
         then: Callable[[Daemon], None] | None,
-        watch: Callable[[Daemon, dict[str, Any]], None] | None = None,
+        watch: Callable[[Daemon, Message], None] | None = None,
     ) -> None:
-        self.link = Link(sock)
+        self.link = Link(sock, ARM_MESSAGES)
         self.then = then
         self.watch = watch
-        self.heard: list[dict[str, Any]] = []
+        self.heard: list[Message] = []
         self.errors: list[Exception] = []
         self._thread = threading.Thread(target=self._run, name="test-daemon", daemon=True)
 
     def start(self, message: dict[str, Any]) -> Daemon:
-        assert self.link.send(message)
+        self.link.sock.send(msgpack.packb(message, use_bin_type=True))
         self._thread.start()
         return self
 
     def kinds(self) -> list[str]:
-        return [str(m.get("t")) for m in self.heard]
+        return [KINDS[type(m)] for m in self.heard]
 
-    def first(self, kind: str) -> dict[str, Any]:
-        return next(m for m in self.heard if m.get("t") == kind)
+    def first(self, kind: type[M]) -> M:
+        return next(m for m in self.heard if isinstance(m, kind))
 
     def _run(self) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -129,19 +154,19 @@ class Daemon:
             try:
                 for m in self.link.receive():
                     self.heard.append(m)
-                    if m.get("t") == "ready" and self.then is not None:
+                    if isinstance(m, Ready) and self.then is not None:
                         self.then(self)
                     if self.watch is not None:
                         try:
                             self.watch(self, m)
                         except Exception as e:  # a handler that failed: the test reads it
                             self.errors.append(e)
-                    if m.get("t") == "bye":
+                    if isinstance(m, Bye):
                         return
             except LinkClosed:
                 return
-            if self.then is not None and any(m.get("t") == "ready" for m in self.heard):
-                self.link.send({"t": "gate", "blocked": None})  # the daemon is alive: no silence
+            if self.then is not None and any(isinstance(m, Ready) for m in self.heard):
+                self.link.send(Gate(None))  # the daemon is alive: no silence
             # read as soon as a message comes, as the daemon's link thread does: the arm process's
             # datagrams queue only so deep before they are dropped
             select.select([self.link.sock], [], [], 0.02)
@@ -170,7 +195,7 @@ def _run(
 
 
 def _shutdown(daemon: Daemon) -> None:
-    daemon.link.send({"t": "shutdown"})
+    daemon.link.send(ShutdownRequest())
 
 
 def test_the_arm_process_starts_says_ready_and_ends_cleanly_when_the_daemon_asks(
@@ -179,15 +204,16 @@ def test_the_arm_process_starts_says_ready_and_ends_cleanly_when_the_daemon_asks
     code, daemon = _run(ends, init(), _shutdown)
     assert code == 0
     kinds = daemon.kinds()
-    assert kinds[:2] == ["status", "ready"] and kinds[-1] == "bye"
-    ready = daemon.first("ready")
-    assert ready["pid"] == os.getpid() and ready["memory"] == "memory locked (recorded)"
-    assert ready["joints"] == list(SO101)
-    assert sorted(ready["positions"]) == sorted(SO101)
-    assert all(isinstance(v, float) for v in ready["positions"].values())
-    status = daemon.first("status")["status"]
+    assert kinds[:2] == ["status_map", "ready"] and kinds[-1] == "bye"
+    ready = daemon.first(Ready)
+    assert ready.pid == os.getpid() and ready.memory == "memory locked (recorded)"
+    assert ready.joints == SO101
+    assert sorted(ready.positions) == sorted(SO101)
+    assert all(isinstance(v, float) for v in ready.positions.values())
+    status = daemon.first(StatusMap).status
     assert (status["tick"], status["rate_hz"], status["mode"]) == (0, 30.0, "idle")  # the bundle's rate
-    assert daemon.first("bye") == {"t": "bye", "ok": True}
+    assert daemon.first(Bye) == Bye(True)
+    assert "tick" in kinds  # each one read by the daemon's side as the snapshot it is
     # SIGTERM ends it, Ctrl-C and a reload are the daemon's, SIGUSR1 is an e-stop
     assert set(changes.handlers) == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1}
     assert changes.handlers[signal.SIGINT] is signal.SIG_IGN and changes.handlers[signal.SIGHUP] is signal.SIG_IGN
@@ -203,10 +229,10 @@ def test_sigusr1_latches_an_estop_and_sigterm_then_ends_it(
 
     said: list[str] = []
 
-    def watch(daemon: Daemon, m: dict[str, Any]) -> None:
-        if m.get("t") == "ev":
-            said.append(str(m["text"]))
-            if "SIGUSR1" in m["text"]:
+    def watch(daemon: Daemon, m: Message) -> None:
+        if isinstance(m, LoopEvent):
+            said.append(m.text)
+            if "SIGUSR1" in m.text:
                 changes.handlers[signal.SIGTERM](signal.SIGTERM, None)
 
     code, daemon = _run(ends, init(), estop, watch)
@@ -249,7 +275,7 @@ def test_an_arm_that_cannot_be_opened_is_told_to_the_daemon_and_nothing_starts(
     code, daemon = _run(ends, message)
     assert code == 1
     assert daemon.kinds() == ["failed"]  # and nothing after it: the link is closed
-    assert port in daemon.first("failed")["error"]
+    assert port in daemon.first(Failed).error
     assert changes.taken_over == 0
 
 
@@ -259,8 +285,8 @@ def test_an_absent_arm_is_waited_for_as_the_daemon_says_and_a_sigterm_ends_the_w
     port = str(tmp_path / "ttyLATER")
     message = {**init(ArmConfig(kind="feetech", port=port, calibration=CALIBRATION)), "arm_wait_s": 30.0}
 
-    def watch(daemon: Daemon, m: dict[str, Any]) -> None:
-        if m.get("t") == "waiting":
+    def watch(daemon: Daemon, m: Message) -> None:
+        if isinstance(m, Waiting):
             try:
                 changes.handlers[signal.SIGUSR1](signal.SIGUSR1, None)  # nothing to latch yet: nothing happens
             finally:
@@ -269,12 +295,12 @@ def test_an_absent_arm_is_waited_for_as_the_daemon_says_and_a_sigterm_ends_the_w
     code, daemon = _run(ends, message, watch=watch)
     assert code == 1 and daemon.errors == []
     assert daemon.kinds() == ["waiting", "failed"]
-    assert daemon.first("waiting")["text"].startswith(f"waiting for the arm on {port} (30 s left): ")
-    assert daemon.first("failed")["error"] == "stopped while waiting for the arm"
+    assert daemon.first(Waiting).text.startswith(f"waiting for the arm on {port} (30 s left): ")
+    assert daemon.first(Failed).error == "stopped while waiting for the arm"
 
 
-def _after_three_ticks(daemon: Daemon, m: dict[str, Any]) -> None:
-    if m.get("t") == "tick" and daemon.kinds().count("tick") == 3:
+def _after_three_ticks(daemon: Daemon, m: Message) -> None:
+    if isinstance(m, Tick) and daemon.kinds().count("tick") == 3:
         _shutdown(daemon)
 
 
@@ -284,14 +310,15 @@ def test_a_recording_daemon_gets_each_ticks_record_with_its_snapshot(
 ) -> None:
     code, daemon = _run(ends, {**init(), "record": record}, watch=_after_three_ticks)
     assert code == 0
-    records = [m["ep"] for m in daemon.heard if m.get("t") == "tick"][:3]
+    records = [m.episode for m in daemon.heard if isinstance(m, Tick)][:3]
     assert len(records) == 3
     if not record:
         assert records == [None, None, None]
         return
-    for now, present, _goal, _requested, source, intervention in records:
-        assert isinstance(now, float) and len(present) == len(SO101)
-        assert (source, intervention) == ("hold", False)  # nothing commanded: the arm holds where it is
+    for r in records:
+        assert r is not None and isinstance(r.now, float)
+        assert r.present is not None and len(r.present) == len(SO101)
+        assert (r.source, r.intervention) == ("hold", False)  # nothing commanded: the arm holds where it is
 
 
 def test_a_policy_for_another_arm_is_told_to_the_daemon_and_nothing_moves(
@@ -301,9 +328,9 @@ def test_a_policy_for_another_arm_is_told_to_the_daemon_and_nothing_moves(
     assert code == 1
     kinds = daemon.kinds()
     assert "ready" not in kinds and "failed" in kinds
-    assert "a" in daemon.first("failed")["error"]
+    assert "a" in daemon.first(Failed).error
     assert changes.taken_over == 0
-    assert daemon.first("bye") == {"t": "bye", "ok": True}  # the arm let go as it was found
+    assert daemon.first(Bye) == Bye(True)  # the arm let go as it was found
 
 
 @pytest.mark.parametrize(
@@ -320,15 +347,35 @@ def test_a_configuration_that_does_not_parse_is_told_to_the_daemon_naming_its_se
 ) -> None:
     code, daemon = _run(ends, {**init(), section: value})
     assert code == 1 and daemon.kinds() == ["failed"]
-    error = daemon.first("failed")["error"]
-    assert error.startswith(f"the arm process cannot take the daemon's configuration: {says}"), error
+    error = daemon.first(Failed).error
+    assert error.startswith(
+        f"the arm process cannot take the daemon's configuration: the daemon's 'init' message: {section!r} is not "
+    ), error
+    assert f"this version takes: {says}" in error, error
     assert changes.handlers == {}  # refused before anything was set up
+
+
+@pytest.mark.parametrize(
+    ("first", "says"),
+    [
+        ({"version": LINK_VERSION + 1}, f"the daemon speaks link protocol version {LINK_VERSION + 1}, this arm"),
+        ({"t": "gate", "blocked": None}, "the daemon's first message must be its configuration ('init'), got a 'gate'"),
+    ],
+)
+def test_a_first_message_of_another_version_or_kind_is_told_to_the_daemon_and_nothing_starts(
+    ends: tuple[socket.socket, socket.socket], changes: Changes, first: dict[str, Any], says: str
+) -> None:
+    message = first if "t" in first else {**init(), **first}
+    code, daemon = _run(ends, message)
+    assert code == 1 and daemon.kinds() == ["failed"]
+    assert daemon.first(Failed).error.startswith(f"the arm process cannot take the daemon's configuration: {says}")
+    assert changes.handlers == {} and changes.taken_over == 0
 
 
 def test_the_teleop_settings_are_the_daemons(ends: tuple[socket.socket, socket.socket], changes: Changes) -> None:
     message = {**init(), "teleop": {**asdict(TeleopConfig()), "handover": "wait"}}
     code, daemon = _run(ends, message, _shutdown)
-    assert code == 0 and daemon.first("status")["status"]["teleop"]["handover"] == "wait"
+    assert code == 0 and daemon.first(StatusMap).status["teleop"]["handover"] == "wait"
 
 
 def test_its_usage_names_the_module_and_the_link(capsys: pytest.CaptureFixture[str]) -> None:
@@ -350,24 +397,24 @@ def test_a_failure_without_words_is_named_by_its_kind(
 
     monkeypatch.setattr(ArmMonitor, "open_waiting", silent)
     code, daemon = _run(ends, init())
-    assert code == 1 and daemon.first("failed")["error"] == "OSError: "
+    assert code == 1 and daemon.first(Failed).error == "OSError: "
 
 
 def test_a_start_from_the_daemon_asks_it_for_a_chunk_over_the_link(
     ends: tuple[socket.socket, socket.socket], changes: Changes
 ) -> None:
     def start(daemon: Daemon) -> None:
-        daemon.link.send({"t": "cmd", "word": "start", "who": "test"})
+        daemon.link.send(CommandRequest(Start("test")))
 
-    def watch(daemon: Daemon, m: dict[str, Any]) -> None:
-        if m.get("t") == "ask":
+    def watch(daemon: Daemon, m: Message) -> None:
+        if isinstance(m, Ask):
             _shutdown(daemon)
 
     code, daemon = _run(ends, init(), start, watch)
     assert code == 0
-    ask = daemon.first("ask")
-    assert ask["id"] == 1 and ask["reset"] is True
-    assert len(unpack_array(ask["state"])) == len(SO101)
+    ask = daemon.first(Ask)
+    assert ask.id == 1 and ask.reset is True
+    assert ask.state.dtype == np.float32 and ask.state.shape == (len(SO101),)
 
 
 def test_an_arm_left_with_its_torque_on_is_said_in_the_last_word(
@@ -383,7 +430,7 @@ def test_an_arm_left_with_its_torque_on_is_said_in_the_last_word(
 
     monkeypatch.setattr(ArmMonitor, "close", torque_left_on)
     code, daemon = _run(ends, init(), _shutdown)
-    assert code == 0 and daemon.first("bye") == {"t": "bye", "ok": False}
+    assert code == 0 and daemon.first(Bye) == Bye(False)
 
 
 def test_a_loop_that_did_not_shut_down_cleanly_is_said_in_the_last_word(
@@ -400,4 +447,4 @@ def test_a_loop_that_did_not_shut_down_cleanly_is_said_in_the_last_word(
 
     monkeypatch.setattr(ControlLoop, "shutdown", unclean)
     _, daemon = _run(ends, init(), _shutdown)
-    assert daemon.first("bye") == {"t": "bye", "ok": False}
+    assert daemon.first(Bye) == Bye(False)

@@ -3,7 +3,8 @@ the loop (``ArmSide._dispatch``), what the loop sends back after each tick, the 
 (``LinkPolicy``: asks and their chunks, the gate, silence taken as a loss for good), the main thread's
 wait and flight recordings, and the configuration that must come first.
 
-A socket pair of the real ``Link`` (the test holds the daemon's end), the small arm of
+A socket pair of the real ``Link`` (the test holds the daemon's end; what it sends that no daemon
+would is written as raw msgpack), the small arm of
 ``tests/control/small_arm.py`` with a loop that is built but never started, and the module's clock
 replaced by one the test moves.
 """
@@ -11,7 +12,6 @@ replaced by one the test moves.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,15 +20,43 @@ import msgpack
 import numpy as np
 import pytest
 
+from drivers.config import ArmConfig
 from runtime.arm import process
-from runtime.arm.process import ArmSide, LinkPolicy, _EpisodeRecord
-from runtime.arm.wire import Link, pack_array, unpack_snapshot
+from runtime.arm.codec import encode
+from runtime.arm.messages import (
+    ARM_MESSAGES,
+    DAEMON_MESSAGES,
+    LINK_VERSION,
+    Ask,
+    Chunk,
+    CommandRequest,
+    Dump,
+    Dumped,
+    DumpRequest,
+    EpisodeRecord,
+    Estop,
+    Gate,
+    Init,
+    LoopEvent,
+    Message,
+    Observation,
+    ShutdownRequest,
+    StatusMap,
+    TargetClear,
+    TargetPut,
+    Tick,
+)
+from runtime.arm.process import ArmSide, LinkPolicy, _EpisodeTap
+from runtime.arm.wire import Link
 from runtime.control.config import ControlConfig, SafetyConfig
-from runtime.control.feed import Blocked
+from runtime.control.feed import Blocked, Prefix
 from runtime.control.latch import Latch
 from runtime.control.loop import ControlLoop
-from runtime.control.mailbox import Release, Stop, TakeOver
+from runtime.control.mailbox import Release, Start, Stop, TakeOver
 from runtime.control.mode import Mode
+from runtime.errors import LinkProtocolError, LinkVersionError
+from runtime.teleop.config import TeleopConfig
+from runtime.teleop.target import Target
 from tests.control.small_arm import CAL, Bus, Clock, at, manifest
 
 
@@ -57,15 +85,20 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
 @pytest.fixture
 def ends() -> Iterator[tuple[Link, Link]]:
     """(the arm process's end, the daemon's end)."""
-    link, other = Link.pair()
-    daemon = Link(other)
+    link, other = Link.pair(DAEMON_MESSAGES)
+    daemon = Link(other, ARM_MESSAGES)
     yield link, daemon
     link.close()
     daemon.close()
 
 
-def got(end: Link) -> list[dict[str, Any]]:
+def got(end: Link) -> list[Message]:
     return list(end.receive())
+
+
+def raw(end: Link, message: Any) -> None:
+    """Send what no daemon would: a map written by hand."""
+    end.sock.send(msgpack.packb(message, use_bin_type=True))
 
 
 class Rig:
@@ -99,11 +132,11 @@ def test_until_the_daemon_is_heard_the_policy_is_blocked_but_not_lost(ends: tupl
 
 def test_the_daemons_gate_blocks_or_frees_the_policy(ends: tuple[Link, Link], clock: FakeTime) -> None:
     policy = LinkPolicy(ends[0], 0.5)
-    policy.on_gate({"t": "gate", "blocked": None})
+    policy.on_gate(None)
     assert policy.blocked(clock.now) is None
-    policy.on_gate({"t": "gate", "blocked": ["stale:front", "stale observation stream: front", ["front"]]})
+    policy.on_gate(Blocked("stale:front", "stale observation stream: front", ("front",)))
     assert policy.blocked(clock.now) == Blocked("stale:front", "stale observation stream: front", ("front",))
-    policy.on_gate({"t": "gate"})
+    policy.on_gate(None)
     assert policy.blocked(clock.now) is None
 
 
@@ -114,18 +147,22 @@ def test_each_ask_goes_to_the_daemon_numbered_and_its_chunk_comes_back_to_it(
     policy = LinkPolicy(link, 0.5)
     answers: list[tuple[int, Any, Any]] = []
     state = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    plan = Prefix(np.ones((2, 3), dtype=np.float32), 2)
     assert policy.submit(state, lambda a, e: answers.append((1, a, e)), reset=True) is True
-    assert policy.submit(state + 1, lambda a, e: answers.append((2, a, e))) is True
+    assert policy.submit(state + 1, lambda a, e: answers.append((2, a, e)), prefix=plan) is True
     first, second = got(daemon)
-    assert first == {"t": "ask", "id": 1, "state": pack_array(state), "reset": True}
-    assert second == {"t": "ask", "id": 2, "state": pack_array(state + 1), "reset": False}
+    assert isinstance(first, Ask) and (first.id, first.reset, first.prefix) == (1, True, None)
+    assert first.state.dtype == np.float32 and first.state.tolist() == [1.0, 2.0, 3.0]
+    assert isinstance(second, Ask) and (second.id, second.reset) == (2, False) and second.prefix is not None
+    assert second.state.tolist() == [2.0, 3.0, 4.0]
+    assert second.prefix.delay == 2 and second.prefix.actions.tolist() == plan.actions.tolist()
     chunk = np.arange(6, dtype=np.float32).reshape(2, 3)
-    policy.on_chunk({"t": "chunk", "id": 2, "actions": pack_array(chunk)})
-    policy.on_chunk({"t": "chunk", "id": 2, "actions": pack_array(chunk)})  # answered already: ignored
-    policy.on_chunk({"t": "chunk", "id": 7, "error": "never asked"})
-    policy.on_chunk({"t": "chunk", "id": 1, "error": "inference failed: boom"})
+    policy.on_chunk(Chunk(2, actions=chunk))
+    policy.on_chunk(Chunk(2, actions=chunk))  # answered already: ignored
+    policy.on_chunk(Chunk(7, error="never asked"))
+    policy.on_chunk(Chunk(1, error="inference failed: boom"))
     assert [(n, e) for n, _, e in answers] == [(2, None), (1, "inference failed: boom")]
-    assert np.array_equal(answers[0][1], chunk) and answers[0][1].dtype == np.float32 and answers[1][1] is None
+    assert answers[0][1] is chunk and answers[1][1] is None
 
 
 def test_an_ask_the_link_cannot_carry_is_refused_and_not_kept(ends: tuple[Link, Link], clock: FakeTime) -> None:
@@ -144,10 +181,9 @@ def test_an_observation_goes_to_the_daemon(ends: tuple[Link, Link], clock: FakeT
     state = np.array([4.0, 5.0, 6.0], dtype=np.float32)
     policy.observe(state, reset=True)
     policy.observe(state)
-    assert got(daemon) == [
-        {"t": "obs", "state": pack_array(state), "reset": True},
-        {"t": "obs", "state": pack_array(state), "reset": False},
-    ]
+    first, second = got(daemon)
+    assert isinstance(first, Observation) and first.reset is True and first.state.tolist() == [4.0, 5.0, 6.0]
+    assert isinstance(second, Observation) and second.reset is False and second.state.dtype == np.float32
 
 
 def test_silence_past_the_timeout_is_a_loss_for_good_and_answers_every_ask(
@@ -188,7 +224,7 @@ def test_a_loss_answers_each_pending_ask_once(ends: tuple[Link, Link], clock: Fa
         policy.submit(np.zeros(3, dtype=np.float32), lambda a, e, n=n: answers.append((n, a, e)))
     policy.on_lost("the daemon side is gone (x)")
     policy.on_lost("again")
-    policy.on_chunk({"id": 1, "actions": pack_array(np.zeros((1, 3), dtype=np.float32))})
+    policy.on_chunk(Chunk(1, actions=np.zeros((1, 3), dtype=np.float32)))
     assert answers == [(1, None, "the daemon side is gone (x)"), (2, None, "the daemon side is gone (x)")]
     assert policy.lost() == "again"
 
@@ -196,16 +232,17 @@ def test_a_loss_answers_each_pending_ask_once(ends: tuple[Link, Link], clock: Fa
 # --- an episode's record -------------------------------------------------------------------------------
 
 
-def test_an_episode_record_is_plain_floats_for_the_daemon() -> None:
-    rec = _EpisodeRecord()
-    assert (rec.record, rec.ended, rec.status()) == (None, False, None)
-    rec.tick(1.5, np.array([1.0, 2.0]), np.array([3.0, 4.0]), None, "policy", True)
-    assert rec.record == [1.5, [1.0, 2.0], [3.0, 4.0], None, "policy", True]
-    assert all(type(x) is float for x in rec.record[1] + rec.record[2])
-    rec.tick(2.0, None, None, np.array([5.0]), "hold", False)
-    assert rec.record == [2.0, None, None, [5.0], "hold", False]
-    rec.end()
-    assert rec.ended is True
+def test_an_episode_record_is_the_ticks_own_values_for_the_daemon() -> None:
+    tap = _EpisodeTap()
+    assert (tap.record, tap.ended, tap.status()) == (None, False, None)
+    present, goal = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    tap.tick(1.5, present, goal, None, "policy", True)
+    assert tap.record == EpisodeRecord(1.5, present, goal, None, "policy", True)
+    requested = np.array([5.0])
+    tap.tick(2.0, None, None, requested, "hold", False)
+    assert tap.record == EpisodeRecord(2.0, None, None, requested, "hold", False)
+    tap.end()
+    assert tap.ended is True
 
 
 # --- what the daemon sends ---------------------------------------------------------------------------------
@@ -217,17 +254,17 @@ def test_every_message_from_the_daemon_reaches_the_loop(ends: tuple[Link, Link],
     answers: list[Any] = []
     r.policy.submit(np.zeros(3, dtype=np.float32), lambda a, e: answers.append(e))
     got(daemon)
+    dump = Dump(9, Path("/x"), "estop", {})
     for m in (
-        {"t": "gate", "blocked": None},
-        {"t": "chunk", "id": 1, "error": "no chunk"},
-        {"t": "target", "seq": 3, "positions": [11, 12, 13], "at": 7},
-        {"t": "estop", "id": 4, "reason": "from the daemon", "at": 499.0},
-        {"t": "cmd", "word": "stop", "who": "op"},
-        {"t": "cmd", "word": "release", "who": "op", "latch": 4},
-        {"t": "cmd", "word": "teleop"},
-        {"t": "cmd", "word": "release", "who": "st"},
-        {"t": "dump", "id": 9, "directory": "/x", "reason": "estop"},
-        {"t": "something new"},
+        Gate(None),
+        Chunk(1, error="no chunk"),
+        TargetPut(Target(3, np.array([11.0, 12.0, 13.0]), 7.0)),
+        Estop(Latch(4, "from the daemon", 499.0)),
+        CommandRequest(Stop("op")),
+        CommandRequest(Release("op", 4)),
+        CommandRequest(TakeOver()),
+        CommandRequest(Release("st")),
+        dump,
     ):
         daemon.send(m)
     r.side.before_tick(r.loop)
@@ -244,10 +281,10 @@ def test_every_message_from_the_daemon_reaches_the_loop(ends: tuple[Link, Link],
         Release("st", 0),  # names no latch: refused as stale by the loop's check
         None,
     ]
-    assert list(r.side.dumps) == [{"t": "dump", "id": 9, "directory": "/x", "reason": "estop"}]
+    assert list(r.side.dumps) == [dump]
     assert r.side.shutdown_requested is False
-    daemon.send({"t": "target_clear"})
-    daemon.send({"t": "shutdown"})
+    daemon.send(TargetClear())
+    daemon.send(ShutdownRequest())
     r.side.before_tick(r.loop)
     assert r.loop.teleop.fresh(7.0) is None and r.side.shutdown_requested is True
 
@@ -255,23 +292,75 @@ def test_every_message_from_the_daemon_reaches_the_loop(ends: tuple[Link, Link],
 def test_a_command_the_arm_does_not_know_is_refused_in_the_log(ends: tuple[Link, Link], clock: FakeTime) -> None:
     link, daemon = ends
     r = Rig(link, clock)
-    daemon.send({"t": "cmd", "word": "dance", "who": "op"})
+    r.loop.events.drain()
+    raw(daemon, {"t": "command_request", "command": ["dance", "op", 0]})
     r.side.before_tick(r.loop)
     assert r.loop.controller.mailbox.take_command() is None
     assert r.said() == [
         (
             logging.ERROR,
-            "arm: refused a command from the daemon: command: expected one of start, teleop, stop, "
-            "release, got 'dance'",
+            "arm: refused a message from the daemon (more like it are counted, not logged): the daemon's "
+            "'command_request' message: 'command.word' command: expected one of start, teleop, stop, release, "
+            "got 'dance'",
         )
     ]
+
+
+def test_a_bad_message_from_the_daemon_is_refused_counted_said_once_and_the_rest_still_taken(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock, rate_hz=1.0)  # the status every tick
+    r.loop.events.drain()
+    for _ in range(3):
+        raw(daemon, {"t": "estop", "latch": [5, "button", "soon"]})  # the same fault, three times
+    raw(daemon, {"t": "dance"})
+    daemon.sock.send(b"\x92\x01")  # a list cut short
+    daemon.send(Gate(None))
+    daemon.send(CommandRequest(Stop("op")))
+    r.side.before_tick(r.loop)  # takes what it can, raises nothing
+    assert r.policy.blocked(clock.now) is None and r.loop.controller.mailbox.take_command() == Stop("op")
+    assert r.loop.controller.mailbox.estop_requests() == ()
+    said = [text for level, text in r.said() if level == logging.ERROR]
+    assert len(said) == 3  # the estop's fault once, the unknown kind, the cut datagram
+    assert said[0].endswith("the daemon's 'estop' message: 'latch.requested_at' expected a number, got 'soon' (str)")
+    assert "a link message of kind 'dance' (str)" in said[1] and "that is not msgpack" in said[2]
+    assert link.refused == 5
+    r.side.after_tick(r.loop)
+    status = [m for m in got(daemon) if isinstance(m, StatusMap)]
+    assert status[0].status["link"] == {"dropped": 0, "refused": 5}
+
+
+def test_a_refused_message_is_no_word_from_the_daemon(ends: tuple[Link, Link], clock: FakeTime) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    clock.now += 0.4
+    raw(daemon, {"t": "gate", "blocked": 3})
+    r.side.before_tick(r.loop)
+    clock.now += 0.2
+    assert r.policy.lost() == "the daemon has not answered for 0.60 s (control.link_timeout_s 0.5)"
+
+
+def test_a_kind_only_the_arm_sends_or_a_second_configuration_is_refused(
+    ends: tuple[Link, Link], clock: FakeTime
+) -> None:
+    link, daemon = ends
+    r = Rig(link, clock)
+    r.loop.events.drain()
+    daemon.sock.send(encode(LoopEvent(30, "from the daemon?")))  # the arm process's own kind
+    daemon.send(_init())
+    r.side.before_tick(r.loop)
+    said = [text for _, text in r.said()]
+    assert len(said) == 2 and "a 'loop_event' message is the arm process's to send" in said[0]
+    assert said[1].endswith("the daemon's 'init' message comes only first")
+    assert link.refused == 2
 
 
 def test_each_message_counts_as_word_from_the_daemon(ends: tuple[Link, Link], clock: FakeTime) -> None:
     link, daemon = ends
     r = Rig(link, clock)
     clock.now += 0.4
-    daemon.send({"t": "gate", "blocked": None})
+    daemon.send(Gate(None))
     r.side.before_tick(r.loop)
     clock.now += 0.4
     assert r.policy.lost() is None
@@ -298,16 +387,16 @@ def test_after_a_loss_nothing_more_is_read_from_the_link(ends: tuple[Link, Link]
     link, daemon = ends
     r = Rig(link, clock)
     r.policy.on_lost("silent")
-    daemon.send({"t": "shutdown"})
+    daemon.send(ShutdownRequest())
     r.side.before_tick(r.loop)
     assert r.side.shutdown_requested is False
-    assert got(link) == [{"t": "shutdown"}]  # still there, unread
+    assert got(link) == [ShutdownRequest()]  # still there, unread
 
 
 def test_a_closed_link_is_not_read(ends: tuple[Link, Link], clock: FakeTime) -> None:
     link, daemon = ends
     r = Rig(link, clock)
-    daemon.send({"t": "shutdown"})
+    daemon.send(ShutdownRequest())
     link.closed = True
     r.side.before_tick(r.loop)
     assert r.side.shutdown_requested is False and r.policy.lost() is None
@@ -322,18 +411,18 @@ def test_a_signal_latches_an_estop_once_whichever_copy_comes_first(ends: tuple[L
     box = r.loop.controller.mailbox
     # this process's own signal first: the daemon's copy of it, within a second, is the same e-stop
     r.side.signal_estop = "signal SIGUSR1"
-    daemon.send({"t": "estop", "id": 1, "reason": "signal SIGUSR1", "at": clock.now})
+    daemon.send(Estop(Latch(1, "signal SIGUSR1", clock.now)))
     r.side.before_tick(r.loop)
     assert [latch.reason for latch in box.estop_requests()] == ["signal SIGUSR1"] and r.side.signal_estop == ""
     clock.now += 0.75
-    daemon.send({"t": "estop", "id": 2, "reason": "signal SIGUSR1", "at": clock.now})
+    daemon.send(Estop(Latch(2, "signal SIGUSR1", clock.now)))
     r.side.before_tick(r.loop)
     assert len(box.estop_requests()) == 1
     clock.now += 0.25  # a second after this process latched: another signal
-    daemon.send({"t": "estop", "id": 3, "reason": "signal SIGUSR1", "at": clock.now})
+    daemon.send(Estop(Latch(3, "signal SIGUSR1", clock.now)))
     r.side.before_tick(r.loop)
     assert len(box.estop_requests()) == 2
-    daemon.send({"t": "estop", "id": 4, "reason": "button", "at": clock.now})  # not a signal: always latched
+    daemon.send(Estop(Latch(4, "button", clock.now)))  # not a signal: always latched
     r.side.before_tick(r.loop)
     assert len(box.estop_requests()) == 3
 
@@ -344,7 +433,7 @@ def test_the_daemons_copy_of_a_signal_first_makes_this_processs_own_the_same_est
     link, daemon = ends
     r = Rig(link, clock, timeout_s=5.0)
     box = r.loop.controller.mailbox
-    daemon.send({"t": "estop", "id": 1, "reason": "signal SIGUSR1", "at": clock.now})
+    daemon.send(Estop(Latch(1, "signal SIGUSR1", clock.now)))
     r.side.before_tick(r.loop)
     clock.now += 0.75
     r.side.signal_estop = "signal SIGUSR1"
@@ -387,24 +476,32 @@ def test_each_tick_sends_its_snapshot_record_events_and_dump_requests(ends: tupl
     r.loop.dump_requests.append("estop")
     r.side.after_tick(r.loop)
     tick, ev, dumpreq = got(daemon)
-    assert tick["t"] == "tick" and tick["ep"] == [1.0, [1.0], None, None, "hold", False]
-    assert tick["episode_end"] is True
-    assert unpack_snapshot(tick["snap"]).scheduling == "not started"
-    assert ev == {"t": "ev", "level": logging.WARNING, "text": "safety: a step"}
-    assert dumpreq == {"t": "dumpreq", "reason": "estop"}
+    assert isinstance(tick, Tick) and tick.episode_end is True and tick.episode is not None
+    record = tick.episode
+    assert (record.now, record.goal, record.requested, record.source, record.intervention) == (
+        1.0,
+        None,
+        None,
+        "hold",
+        False,
+    )
+    assert record.present is not None and record.present.tolist() == [1.0]
+    assert tick.snapshot.scheduling == "not started"
+    assert ev == LoopEvent(logging.WARNING, "safety: a step")
+    assert dumpreq == DumpRequest("estop")
     assert r.side.episode.record is None and r.side.episode.ended is False
     assert not r.loop.dump_requests and r.loop.events.drain() == []
     r.side.after_tick(r.loop)
     [tick] = got(daemon)
-    assert tick == {"t": "tick", "snap": tick["snap"], "ep": None}
+    assert isinstance(tick, Tick) and tick.episode is None and tick.episode_end is False
     for _ in range(5):
         r.side.after_tick(r.loop)
-    assert [m["t"] for m in got(daemon)] == ["tick"] * 5
+    assert [type(m) for m in got(daemon)] == [Tick] * 5
     r.side.after_tick(r.loop)  # the eighth
     tick, status = got(daemon)
-    assert status["t"] == "status" and status["status"]["mode"] == "idle"
-    assert status["status"]["link"] == {"dropped": 0}
-    assert status["status"]["gc"] == r.side.collector.status()
+    assert isinstance(status, StatusMap) and status.status["mode"] == "idle"
+    assert status.status["link"] == {"dropped": 0, "refused": 0}
+    assert status.status["gc"] == r.side.collector.status()
     assert r.side.collector._ticks == 8  # a collection slot after every write
 
 
@@ -449,12 +546,10 @@ def test_a_status_map_msgpack_cannot_carry_is_reported_once_and_the_ticks_go_on(
     for _ in range(3):
         r.side.after_tick(r.loop)
     sent = got(daemon)
-    assert [m["t"] for m in sent] == ["tick", "tick", "ev", "tick"]  # the event goes with the next tick
-    assert sent[2] == {
-        "t": "ev",
-        "level": logging.ERROR,
-        "text": "arm: the status map could not be sent: can not serialize 'object' object",
-    }
+    assert [type(m) for m in sent] == [Tick, Tick, LoopEvent, Tick]  # the event goes with the next tick
+    assert sent[2] == LoopEvent(
+        logging.ERROR, "arm: the status map could not be sent: can not serialize 'object' object"
+    )
     assert r.loop.events.drain() == []
 
 
@@ -478,15 +573,14 @@ def test_a_flight_recording_is_written_and_its_path_sent(
 ) -> None:
     link, daemon = ends
     r = Rig(link, clock)
-    process._dump(r.loop, link, {"id": 4, "directory": str(tmp_path), "reason": "estop", "extra": {"who": "op"}})
+    process._dump(r.loop, link, Dump(4, tmp_path, "estop", {"who": "op"}))
     [reply] = got(daemon)
-    assert reply["t"] == "dumped" and reply["id"] == 4 and Path(reply["path"]).parent == tmp_path
+    assert isinstance(reply, Dumped) and reply.id == 4 and reply.error is None
+    assert reply.path is not None and reply.path.parent == tmp_path
     from runtime.control.recorder import load_flight
 
-    meta, _ = load_flight(reply["path"])
+    meta, _ = load_flight(reply.path)
     assert meta["reason"] == "estop" and meta["who"] == "op"
-    process._dump(r.loop, link, {"id": 5, "directory": str(tmp_path), "reason": "x", "extra": None})
-    assert "path" in got(daemon)[0]
 
 
 def test_a_flight_recording_that_cannot_be_written_sends_the_error(
@@ -496,10 +590,10 @@ def test_a_flight_recording_that_cannot_be_written_sends_the_error(
     r = Rig(link, clock)
     blocker = tmp_path / "file"
     blocker.write_text("")
-    process._dump(r.loop, link, {"id": 6, "directory": str(blocker / "sub"), "reason": "estop"})
+    process._dump(r.loop, link, Dump(6, blocker / "sub", "estop"))
     [reply] = got(daemon)
-    assert set(reply) == {"t", "id", "error"} and reply["t"] == "dumped" and reply["id"] == 6
-    assert "Not a directory" in reply["error"]
+    assert isinstance(reply, Dumped) and reply.id == 6 and reply.path is None
+    assert reply.error is not None and "Not a directory" in reply.error
 
 
 class WaitingLoop:
@@ -543,7 +637,7 @@ def test_the_main_thread_waits_writes_recordings_and_shuts_down_on_sigterm(
     side = ArmSide(link, LinkPolicy(link, 5.0), 8.0)
     loop = WaitingLoop()
     stop = {"term": False}
-    side.dumps.append({"id": 1, "directory": "/d", "reason": "first"})
+    side.dumps.append(Dump(1, Path("/d"), "first"))
     sleeps = {"n": 0}
 
     def sleep(seconds: float) -> None:
@@ -551,12 +645,12 @@ def test_the_main_thread_waits_writes_recordings_and_shuts_down_on_sigterm(
         sleeps["n"] += 1
         if sleeps["n"] == 3:
             stop["term"] = True
-            side.dumps.append({"id": 2, "directory": "/d", "reason": "late"})
+            side.dumps.append(Dump(2, Path("/d"), "late"))
 
     clock.sleep = sleep  # type: ignore[method-assign]
     assert process._wait(loop, side, stop) == 0  # type: ignore[arg-type]
     assert sleeps["n"] == 3 and loop.shutdowns == 1 and loop.dumped == ["first", "late"] and loop.flushed == 0
-    assert [m["id"] for m in got(daemon)] == [1, 2]
+    assert got(daemon) == [Dumped(1, path=Path("/d/first")), Dumped(2, path=Path("/d/late"))]
 
 
 def test_the_main_thread_shuts_down_when_the_daemon_asks(ends: tuple[Link, Link], clock: FakeTime) -> None:
@@ -598,38 +692,71 @@ def test_a_loop_that_ends_on_its_own_ends_the_wait(ends: tuple[Link, Link], cloc
 # --- the configuration comes first -------------------------------------------------------------------------------
 
 
-def test_the_configuration_is_the_first_message() -> None:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with a, b:
-        b.send(msgpack.packb({"t": "init", "control": {}, 1: "x"}, use_bin_type=True))
-        assert process._receive_init(a) == {"t": "init", "control": {}, 1: "x"}
-        assert a.gettimeout() == 30.0
+def _init(**fields: Any) -> Init:
+    return Init(
+        LINK_VERSION,
+        ControlConfig(rate_hz=8.0, rt_priority=0, streams=()),
+        TeleopConfig(),
+        ArmConfig(port="/dev/ttyTEST"),
+        manifest(),
+        **fields,
+    )
+
+
+def test_the_configuration_is_the_first_message(ends: tuple[Link, Link]) -> None:
+    link, daemon = ends
+    daemon.send(_init(cpu=1))
+    daemon.send(Gate())
+    init = process._receive_init(link)
+    assert init == _init(cpu=1)
+    assert got(link) == [Gate()]  # what came after it is left for the loop
 
 
 @pytest.mark.parametrize(
     ("sent", "says"),
     [
-        ({"t": "gate"}, "arm: expected the configuration first, got {'t': 'gate'}"),
-        ([1, 2], "arm: expected the configuration first, got [1, 2]"),
-        ({"t": "init" * 40}, "arm: expected the configuration first, got " + str({"t": "init" * 40})[:80]),
+        ({"t": "gate"}, "the daemon's first message must be its configuration ('init'), got a 'gate' message"),
+        (
+            [1, 2],
+            "a link message must be a msgpack map naming its kind in 't', got [1, 2] (list)",
+        ),
+        (
+            {"t": "init", "version": LINK_VERSION},
+            "the daemon's 'init' message has no 'control' (expected a [control] table)",
+        ),
     ],
 )
-def test_anything_else_first_ends_the_arm_process(sent: Any, says: str) -> None:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with a, b:
-        b.send(msgpack.packb(sent, use_bin_type=True))
-        with pytest.raises(SystemExit) as e:
-            process._receive_init(a)
-        assert str(e.value) == says
+def test_anything_else_first_is_refused_naming_what_came(ends: tuple[Link, Link], sent: Any, says: str) -> None:
+    link, daemon = ends
+    raw(daemon, sent)
+    with pytest.raises(LinkProtocolError) as e:
+        process._receive_init(link)
+    assert str(e.value) == says
 
 
-def test_a_daemon_that_closes_before_the_configuration_ends_the_arm_process() -> None:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with a:
-        b.close()
-        with pytest.raises(SystemExit) as e:
-            process._receive_init(a)
-        assert str(e.value) == "arm: the daemon closed the link before its configuration"
+def test_a_daemon_of_another_version_is_refused_first(ends: tuple[Link, Link]) -> None:
+    link, daemon = ends
+    init = msgpack.unpackb(encode(_init()), raw=False, strict_map_key=False)
+    raw(daemon, {**init, "version": LINK_VERSION + 1})
+    with pytest.raises(LinkVersionError) as e:
+        process._receive_init(link)
+    assert f"version {LINK_VERSION + 1}, this arm process speaks version {LINK_VERSION}" in str(e.value)
+
+
+def test_a_daemon_that_closes_before_the_configuration_ends_the_arm_process(ends: tuple[Link, Link]) -> None:
+    link, daemon = ends
+    daemon.close()
+    with pytest.raises(SystemExit) as e:
+        process._receive_init(link)
+    assert str(e.value) == "arm: the daemon closed the link before its configuration"
+
+
+def test_a_daemon_that_says_nothing_ends_the_arm_process_after_the_wait(ends: tuple[Link, Link]) -> None:
+    link, _ = ends
+    with pytest.raises(SystemExit) as e:
+        process._receive_init(link, timeout_s=0.05)
+    assert str(e.value) == "arm: no configuration from the daemon within 0.05 s"
+    assert process.INIT_TIMEOUT_S == 30.0
 
 
 def test_a_start_from_the_daemon_runs_the_loop_on_the_chunks_it_sends(ends: tuple[Link, Link], clock: FakeTime) -> None:
@@ -637,15 +764,15 @@ def test_a_start_from_the_daemon_runs_the_loop_on_the_chunks_it_sends(ends: tupl
     link, daemon = ends
     r = Rig(link, clock)
     loop = r.loop
-    daemon.send({"t": "gate", "blocked": None})
-    daemon.send({"t": "cmd", "word": "start", "who": "op"})
+    daemon.send(Gate(None))
+    daemon.send(CommandRequest(Start("op")))
     r.side.before_tick(loop)
     loop._reading = loop._read()
     loop._tick(1, 0.0)
     assert loop.controller.mode is Mode.RUNNING
-    [ask] = [m for m in got(daemon) if m["t"] == "ask"]
+    [ask] = [m for m in got(daemon) if isinstance(m, Ask)]
     chunk = np.repeat(at(a=11.0)[None, :], 4, axis=0).astype(np.float32)
-    daemon.send({"t": "chunk", "id": ask["id"], "actions": pack_array(chunk)})
+    daemon.send(Chunk(ask.id, actions=chunk))
     r.side.before_tick(loop)
     loop._tick(2, 0.0)
     assert loop.bus.writes()[-1]["a"] == 11.0  # type: ignore[attr-defined]

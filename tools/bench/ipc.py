@@ -31,7 +31,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from runtime.arm.wire import pack_array, pack_snapshot
+from runtime.arm.codec import encode
+from runtime.arm.messages import Chunk, Tick
 from runtime.bench.stats import pcts
 from runtime.control.snapshot import Snapshot
 
@@ -55,11 +56,7 @@ def _payloads() -> tuple[bytes, bytes]:
         cpu_seen={0: 123456},
         scheduling="SCHED_FIFO 50",
     )
-    tick = msgpack.packb({"t": "tick", "snap": pack_snapshot(snap), "ep": None}, use_bin_type=True)
-    chunk = msgpack.packb(
-        {"t": "chunk", "id": 1, "actions": pack_array(np.zeros((100, 6), np.float32))}, use_bin_type=True
-    )
-    return tick, chunk
+    return encode(Tick(snap)), encode(Chunk(1, np.zeros((100, 6), np.float32)))
 
 
 # --- peers (in their own process) -----------------------------------------------------------------
