@@ -155,18 +155,30 @@ def decode_array(v: Any) -> np.ndarray:
     dtype, shape, data = _list_of(v, 3)
     if type(dtype) is not str or type(shape) is not list or type(data) is not bytes:
         _wrong(v)
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise _Wrong(dtype, expected="a numeric dtype", at="dtype") from None
-    if dt.kind not in "biuf":
-        raise _Wrong(dtype, expected="a numeric dtype", at="dtype")
-    if not all(type(n) is int and n >= 0 for n in shape):
-        raise _Wrong(shape, expected="a list of sizes", at="shape")
+    dt = _DTYPES.get(dtype) or _numeric_dtype(dtype)
+    for n in shape:
+        if type(n) is not int or n < 0:
+            raise _Wrong(shape, expected="a list of sizes", at="shape")
     need = math.prod(shape) * dt.itemsize
     if len(data) != need:
         raise _Wrong(data, why=f"holds {len(data)} bytes where shape {shape} of {dtype} takes {need}")
     return np.frombuffer(data, dtype=dt).reshape(shape).copy()
+
+
+#: the numeric dtypes met so far, by their name on the wire (parsing one costs more than the copy)
+_DTYPES: dict[str, np.dtype[Any]] = {}
+
+
+def _numeric_dtype(name: str) -> np.dtype[Any]:
+    try:
+        dt = np.dtype(name)
+    except (TypeError, ValueError):
+        raise _Wrong(name, expected="a numeric dtype", at="dtype") from None
+    if dt.kind not in "biuf":
+        raise _Wrong(name, expected="a numeric dtype", at="dtype")
+    if len(_DTYPES) < 64:  # a peer sending a new name each time keeps paying, not growing this
+        _DTYPES[name] = dt
+    return dt
 
 
 def encode_floats(a: np.ndarray) -> list[float]:
