@@ -195,6 +195,12 @@ SCOPES: dict[str, Scope] = {
     # counts and times it records, taking over (freeze, automatic collection off) and handing back.
     "arm-collector": Scope(("runtime/arm/collector.py",), ("tests/arm/test_collector.py",)),
     "arm-wire": Scope(("runtime/arm/wire.py",), ("tests/arm/test_wire.py", "tests/arm/test_wire_link.py")),
+    # What crosses that link: each kind of message, its layout on the wire, every refusal by name, the
+    # version checked first, nothing but a LinkProtocolError out of decoding whatever came.
+    "arm-codec": Scope(
+        ("runtime/arm/codec.py", "runtime/arm/messages.py"),
+        ("tests/arm/test_codec.py", "tests/arm/test_messages.py"),
+    ),
     # E-stop latches and the command queue. tests/control/test_controller.py also reaches them, but
     # its fixture exports the demo bundle (about 40 s) in every mutant's run: left out.
     "mailbox": Scope(
@@ -233,6 +239,8 @@ SCOPES: dict[str, Scope] = {
                     "send",
                     "_run",
                     "_send_gate",
+                    "_take",
+                    "_refused",
                     "_dispatch",
                     "_died",
                     "snapshot",
@@ -243,10 +251,9 @@ SCOPES: dict[str, Scope] = {
                     "status",
                 )
             ),
-            "runtime.arm.link.x__arr*",
             "runtime.arm.link.x__exit_words*",
             "runtime.arm.process.xǁLinkPolicyǁ*",
-            "runtime.arm.process.xǁ_EpisodeRecordǁ*",
+            "runtime.arm.process.xǁ_EpisodeTapǁ*",
             "runtime.arm.process.xǁArmSideǁ*",
             "runtime.arm.process.x__dump*",
             "runtime.arm.process.x__wait*",
