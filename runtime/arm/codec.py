@@ -45,6 +45,8 @@ from runtime.errors import LinkProtocolError, LinkVersionError
 from runtime.teleop.config import TeleopConfig
 from runtime.teleop.target import Target
 
+__all__ = ["decode", "encode"]
+
 _MISSING: Final[Any] = object()
 
 
