@@ -80,7 +80,7 @@ from runtime.control.config import ControlConfig, control_rate
 from runtime.control.events import EventLog
 from runtime.control.feed import Blocked, StreamFeed
 from runtime.control.handoff import Latest
-from runtime.control.latch import ControlRefused, Latch, estop_status
+from runtime.control.latch import ControlRefused, Latch, LatchNumbers, estop_status
 from runtime.control.mailbox import Command, Shutdown, check_command, newest_latch, parse
 from runtime.control.snapshot import Snapshot
 from runtime.errors import LinkProtocolError
@@ -174,7 +174,7 @@ class ArmLink:
         self._dead: str | None = None
         self._closing = False
         self._bye: bool | None = None
-        self._latch_ids = itertools.count(1)
+        self._latches = LatchNumbers()
         self._pending_estops: deque[Latch] = deque()
         self._dumps: dict[int, tuple[threading.Event, list[Dumped]]] = {}
         self._dump_ids = itertools.count(1)
@@ -424,11 +424,7 @@ class ArmLink:
         """Number and send an e-stop (any thread, a signal handler too); the arm takes it at its next tick."""
         snap = self.snapshot()
         seen = max(snap.latches_taken, snap.latch.id if snap.latch is not None else 0)
-        n = next(self._latch_ids)
-        if n <= seen:
-            n = seen + 1
-            self._latch_ids = itertools.count(n + 1)
-        latch = Latch(n, reason, time.monotonic())
+        latch = self._latches.issue(reason, time.monotonic(), seen)
         self._pending_estops.append(latch)
         self.send(Estop(latch))
         return latch

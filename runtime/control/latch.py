@@ -2,11 +2,15 @@
 
 Shared by the loop (which takes latches at its next tick), the per-tick snapshot (the latch in
 effect) and the ``control.*`` handler (which refuses a release naming a latch that is not the newest).
+:class:`LatchNumbers` is the one numbering, used where a latch is made: the loop's mailbox (faults,
+signals in the arm process, requests the daemon sent) and the daemon's end of the arm link (which
+answers an operator's ``control estop`` with the number before the arm has taken it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
@@ -39,6 +43,38 @@ class StaleLatch(ControlRefused):
 
 
 LATCH_ID = attrgetter("id")
+
+
+class LatchNumbers:
+    """Numbers e-stop latches from 1, each after every number given out or heard of before.
+
+    :meth:`issue` makes a latch here (``next`` on a counter is one C call: safe from any thread and
+    from a signal handler); ``seen`` is the newest number the caller knows was given out elsewhere
+    (the arm's own latches, for the daemon's end of the link), and the latch is numbered after it.
+    :meth:`claim` takes a latch numbered elsewhere (the daemon's, for the arm process): it keeps its
+    number unless that number or a newer one was given out here already (a fault latched while the
+    request was on its way), then it is numbered after it, so a release naming the number the
+    requester heard is refused as stale and never applied to the other latch. :meth:`claim` and a
+    renumbering :meth:`issue` are for one thread: the loop's (claim), the link's callers (issue)."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._highest = 0
+
+    def issue(self, reason: str, now: float, seen: int = 0) -> Latch:
+        n = next(self._ids)
+        if n <= seen:
+            n = seen + 1
+            self._ids = itertools.count(n + 1)
+        self._highest = max(self._highest, n)
+        return Latch(n, reason, now)
+
+    def claim(self, latch: Latch) -> Latch:
+        if latch.id <= self._highest:
+            latch = replace(latch, id=self._highest + 1)
+        self._highest = latch.id
+        self._ids = itertools.count(latch.id + 1)
+        return latch
 
 
 def estop_status(latch: Latch | None) -> dict[str, Any]:

@@ -9,13 +9,12 @@ a counter are each one C call), so it is safe from a signal handler.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from runtime.control.latch import LATCH_ID, ControlRefused, Latch, StaleLatch
+from runtime.control.latch import LATCH_ID, ControlRefused, Latch, LatchNumbers, StaleLatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +85,7 @@ def parse(name: str, who: str = "", latch: int = 0) -> Command:
 class Mailbox:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._latch_ids = itertools.count(1)  # next() is atomic: any thread, a signal handler too
-        self._highest = 0
+        self._numbers = LatchNumbers()
         self._estops: deque[Latch] = deque()
         self._commands: deque[Command] = deque()
 
@@ -98,22 +96,15 @@ class Mailbox:
 
     def estop(self, reason: str) -> Latch:
         """A new latch, taken at the next tick before any command."""
-        latch = Latch(next(self._latch_ids), reason, self._clock())
-        self._highest = max(self._highest, latch.id)
+        latch = self._numbers.issue(reason, self._clock())
         self._estops.append(latch)
         return latch
 
     def post_estop(self, latch: Latch) -> Latch:
-        """A latch numbered elsewhere (the daemon, for the arm's process); returned as posted.
-
-        It keeps its number unless a latch of that number or newer was given out here already (a
-        fault latched while the request was on its way): then it is numbered after it, so a release
-        naming the number the requester heard is refused as stale, never applied to the other latch.
-        For one posting thread (the arm process's loop), beside :meth:`estop` on the same thread."""
-        if latch.id <= self._highest:
-            latch = replace(latch, id=self._highest + 1)
-        self._highest = latch.id
-        self._latch_ids = itertools.count(latch.id + 1)
+        """A latch numbered elsewhere (the daemon, for the arm's process), renumbered as
+        :meth:`LatchNumbers.claim` says; returned as posted. For one posting thread (the arm
+        process's loop), beside :meth:`estop` on the same thread."""
+        latch = self._numbers.claim(latch)
         self._estops.append(latch)
         return latch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.control.latch import ControlRefused, Latch, StaleLatch, estop_status
+from runtime.control.latch import ControlRefused, Latch, LatchNumbers, StaleLatch, estop_status
 from runtime.control.mailbox import (
     Mailbox,
     Release,
@@ -17,6 +17,23 @@ from runtime.control.mailbox import (
     newest_latch,
     parse,
 )
+
+
+def test_one_numbering_issues_after_what_it_gave_out_and_what_the_caller_saw_elsewhere() -> None:
+    numbers = LatchNumbers()
+    assert numbers.issue("button", 1.0) == Latch(1, "button", 1.0)
+    # the arm latched 2 and 3 itself (a fault, a signal): the daemon's next request is numbered after them
+    assert numbers.issue("operator", 2.0, seen=3) == Latch(4, "operator", 2.0)
+    assert numbers.issue("again", 3.0) == Latch(5, "again", 3.0)
+    assert numbers.issue("behind", 4.0, seen=2) == Latch(6, "behind", 4.0)  # an older sighting changes nothing
+
+
+def test_one_numbering_renumbers_a_claimed_latch_only_when_its_number_was_given_out() -> None:
+    numbers = LatchNumbers()
+    assert numbers.claim(Latch(3, "daemon", 1.0)) == Latch(3, "daemon", 1.0)
+    assert numbers.issue("fault", 2.0).id == 4  # continues after the claimed one
+    assert numbers.claim(Latch(4, "daemon, on its way", 3.0)) == Latch(5, "daemon, on its way", 3.0)
+    assert numbers.issue("fault", 4.0).id == 6
 
 
 def test_a_latch_posted_from_elsewhere_keeps_its_number_when_it_is_the_newest() -> None:
