@@ -22,13 +22,14 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from runtime.arm_control.feed import StreamFeed
+from runtime.arm_control.handler import LoopControl, ServerInference
+from runtime.arm_control.interface import ArmControl
+from runtime.arm_control.streams import ObservationStreams
+from runtime.arm_control.teleop import TeleopControl
 from runtime.arm_monitor import ArmMonitor
 from runtime.config import DaemonConfig, load_config
 from runtime.control.config import rtc_in_effect
-from runtime.control.feed import StreamFeed
-from runtime.control.handler import LoopControl, ServerInference
-from runtime.control.loop import ControlLoop
-from runtime.control.streams import ObservationStreams
 from runtime.engine.affinity import inference_cpus, process_on
 from runtime.engine.base import Engine
 from runtime.errors import ConfigError, LerobotRuntimeError
@@ -38,12 +39,10 @@ from runtime.reload import bundle_identity, plan_reload
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.server import PolicyServer
 from runtime.server.stats import stats_line
-from runtime.teleop.handler import TeleopControl
 
 if TYPE_CHECKING:
-    from runtime.arm.link import ArmLink
+    from runtime.arm_control.local_leader import LocalLeader
     from runtime.recording import EpisodeRecorder
-    from runtime.teleop.local import LocalLeader
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ class Daemon:
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.server: PolicyServer | None = None
         self.arm: ArmMonitor | None = None
-        self.loop: ControlLoop | ArmLink | None = None
+        self.loop: ArmControl | None = None
         self.teleop: TeleopControl | None = None
         self.local_leader: LocalLeader | None = None
         self.recorder: EpisodeRecorder | None = None
@@ -155,19 +154,17 @@ class Daemon:
         if self.config.arm.kind != "none":
             self.notifier.status("connecting the arm")
             self.arm = ArmMonitor(self.config.arm, on_change=self._arm_changed)
-        if self.arm is not None and self.config.control.enabled and self.config.control.process == "own":
+        if self.arm is not None and self.config.control.enabled:
             # the arm process opens the port itself (and waits for an absent arm); READY=1 once it has it
             self._start_arm_process(server)
         elif self.arm is not None:
-            # READY=1 only once the arm answers: clients and systemd see a daemon that can act
+            # no control loop: the daemon reads the arm for status; READY=1 only once it answers
             self.arm.open_waiting(
                 self.config.daemon.arm_wait_s,
                 should_stop=lambda: self.should_exit,
                 on_wait=self.notifier.status,
             )
             server.arm_status = self.arm.status
-            if self.config.control.enabled:
-                self._start_control(server)
         if self.config.metrics.port:
             self.metrics = MetricsServer(
                 self.config.metrics,
@@ -188,48 +185,10 @@ class Daemon:
         self.notifier.ready(status)
         log.info("ready: %s", status)
 
-    def _start_control(self, server: PolicyServer) -> None:
-        import os
-
-        assert self.arm is not None and self.arm.bus is not None
-        engine_cpus = set(server.engine.info.cpus)
-        allowed = set(os.sched_getaffinity(0))
-        control_cpu = self.config.engine.control_cpu
-        cpu = control_cpu if control_cpu in allowed else None
-        io_cpus = (allowed - engine_cpus) or allowed
-        if self.config.control.streams:
-            self.streams = ObservationStreams(
-                self.config.control.streams, server.engine.manifest.observation_inputs, cpus=io_cpus
-            )
-        inference = ServerInference(server, self.config.control.task, self.config.control.rtc)
-        loop = ControlLoop(
-            self.arm.bus,
-            self.arm.bus.calibration,
-            server.engine.manifest,
-            self.config.control,
-            StreamFeed(inference, server.engine.manifest, self.streams),
-            cpu=cpu,
-            teleop=self.config.teleop,
-        )
-        if self.config.recording.enabled:
-            self._start_recording(loop, server)
-        if self.streams is not None:
-            self.streams.start()
-        loop.start()
-        self.loop = loop
-        self.arm.source = loop
-        control = LoopControl(
-            loop, self.config.daemon.state_path(), server.worker_thread_id, self.streams, inference
-        )
-        server.control = control
-        self.teleop = control.teleop
-        if self.config.teleop.leader_port:
-            self._start_local_leader(loop, control.teleop)
-
     def _start_arm_process(self, server: PolicyServer) -> None:
-        """``control.process = "own"``: the loop, the serial port and the envelope in the arm process."""
+        """The loop, the serial port and the envelope in the arm process, reached through its link."""
         from drivers.sim.arm import SimArm
-        from runtime.arm.link import ArmLink
+        from runtime.arm_control.link import ArmLink
 
         assert self.arm is not None
         arm_cfg = self.config.arm
@@ -290,10 +249,10 @@ class Daemon:
         if self.config.teleop.leader_port:
             self._start_local_leader(link, control.teleop)
 
-    def _start_local_leader(self, loop: ControlLoop | ArmLink, teleop: TeleopControl) -> None:
+    def _start_local_leader(self, loop: ArmControl, teleop: TeleopControl) -> None:
         """``[teleop] leader_port``: the daemon reads a leader on this computer itself."""
+        from runtime.arm_control.local_leader import LocalLeader
         from runtime.teleop.leader import LeaderArm
-        from runtime.teleop.local import LocalLeader
 
         cfg = self.config.teleop
         leader = LeaderArm.open(cfg.leader_port, cfg.leader_calibration, cfg.leader_protocol)
@@ -310,9 +269,9 @@ class Daemon:
             cfg.leader_port,
         )
 
-    def _start_recording(self, loop: ControlLoop | ArmLink, server: PolicyServer) -> None:
+    def _start_recording(self, loop: ArmControl, server: PolicyServer) -> None:
         """The ``[recording]`` table: episodes of the loop's ticks, opened and closed by ``teleop.episode_*``."""
-        from runtime.control.episodes import EpisodeTap, camera_inputs
+        from runtime.arm_control.episodes import EpisodeTap, camera_inputs
         from runtime.recording import EpisodeRecorder, RecordingFeatures
 
         fps = round(loop.rate_hz)
@@ -419,7 +378,7 @@ class Daemon:
                     self.arm.set_estop(bool(loop.estop_reason), loop.estop_reason or "")
 
     @staticmethod
-    def _control_line(loop: ControlLoop | ArmLink) -> str:
+    def _control_line(loop: ArmControl) -> str:
         death = loop.death
         if death:
             return f"ARM PROCESS DIED ({death}): the arm is unattended; restart the service"
@@ -453,7 +412,7 @@ class Daemon:
             self._stall_logged = False
         return not stalled
 
-    def _dump_flight(self, loop: ControlLoop | ArmLink, reason: str) -> None:
+    def _dump_flight(self, loop: ArmControl, reason: str) -> None:
         now = time.monotonic()
         if not reason.startswith("requested") and now - self._last_auto_dump < AUTO_DUMP_SPACING_S:
             log.info(

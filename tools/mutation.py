@@ -208,7 +208,7 @@ SCOPES: dict[str, Scope] = {
         ("tests/control/test_mailbox.py", "tests/control/test_latches.py"),
     ),
     # The loop's way to the policy: joints plus the newest frames, validated; stale or untrusted blocks.
-    "feed": Scope(("runtime/control/feed.py",), ("tests/control/test_feed.py",)),
+    "feed": Scope(("runtime/control/feed.py",), ("tests/arm_control/test_feed.py",)),
     # Backpressure: the bound, latest observation wins, the control loop's jobs first, close and cancel.
     "queue": Scope(("runtime/server/queue.py",), ("tests/server/test_queue.py",)),
     # The mode machine: start, stop, hold, e-stop latch and release, deadman and stall actions, rest
@@ -227,13 +227,13 @@ SCOPES: dict[str, Scope] = {
     # flight recordings, the arm process's death, status. A socketpair Link, no process: starting,
     # the hand-shake and stopping the arm process are left to tests/arm/test_faults.py.
     "arm-link": Scope(
-        ("runtime/arm/link.py", "runtime/arm/process.py"),
-        ("tests/arm/test_arm_link.py", "tests/arm/test_arm_side.py"),
+        ("runtime/arm_control/link.py", "runtime/arm/process.py"),
+        ("tests/arm_control/test_link.py", "tests/arm/test_arm_side.py"),
         (
-            "runtime.arm.link.xǁTeleopInboxǁ*",
-            "runtime.arm.link.xǁ_FlightRecorderǁ*",
+            "runtime.arm_control.link.xǁTeleopInboxǁ*",
+            "runtime.arm_control.link.xǁ_FlightRecorderǁ*",
             *(
-                f"runtime.arm.link.xǁArmLinkǁ{m}*"
+                f"runtime.arm_control.link.xǁArmLinkǁ{m}*"
                 for m in (
                     "__init__",
                     "send",
@@ -251,7 +251,7 @@ SCOPES: dict[str, Scope] = {
                     "status",
                 )
             ),
-            "runtime.arm.link.x__exit_words*",
+            "runtime.arm_control.link.x__exit_words*",
             "runtime.arm.process.xǁLinkPolicyǁ*",
             "runtime.arm.process.xǁ_EpisodeTapǁ*",
             "runtime.arm.process.xǁArmSideǁ*",
@@ -353,14 +353,14 @@ SCOPES: dict[str, Scope] = {
         ),
     ),
     # Episodes recorded from the loop: requests carried out on the loop's thread, frames, cuts, status.
-    "control-episodes": Scope(("runtime/control/episodes.py",), ("tests/control/test_episodes.py",)),
+    "control-episodes": Scope(("runtime/arm_control/episodes.py",), ("tests/arm_control/test_episodes.py",)),
     # control.* requests: who may command, the refusals word for word, the task a start leaves, status.
-    "control-handler": Scope(("runtime/control/handler.py",), ("tests/control/test_handler.py",)),
+    "control-handler": Scope(("runtime/arm_control/handler.py",), ("tests/arm_control/test_handler.py",)),
     # The [control] table: defaults, every refusal at its boundary, real-time chunking against the bundle.
     "control-config": Scope(("runtime/control/config.py",), ("tests/control/test_config.py",)),
     # The camera streams: inputs checked, parts checked and counted, the newest kept, staleness; stand-in
     # sockets, and one real ipc socket for the thread's start and stop.
-    "control-streams": Scope(("runtime/control/streams.py",), ("tests/control/test_streams.py",)),
+    "control-streams": Scope(("runtime/arm_control/streams.py",), ("tests/arm_control/test_streams.py",)),
     # The protocol's messages and errors: every reply's wire map, each error code's class and the
     # builtin it is caught as, an error reply turned back into its exception, unexpected body keys refused.
     "protocol-messages": Scope(
@@ -426,10 +426,10 @@ SCOPES: dict[str, Scope] = {
         tuple(f"runtime/teleop/{m}.py" for m in ("config", "target", "session", "terminal", "local")),
         (
             "tests/teleop/test_config.py",
-            "tests/teleop/test_target.py",
-            "tests/teleop/test_session.py",
+            "tests/control/test_target.py",
+            "tests/arm_control/test_teleop_session.py",
             "tests/teleop/test_terminal.py",
-            "tests/teleop/test_local.py",
+            "tests/arm_control/test_local_leader.py",
             "tests/control/test_teleop_parts.py",
         ),
     ),
@@ -441,7 +441,7 @@ SCOPES: dict[str, Scope] = {
         (
             "tests/teleop/test_station.py",
             "tests/teleop/test_leader.py",
-            "tests/teleop/test_handler.py",
+            "tests/arm_control/test_teleop.py",
             "tests/control/test_teleop_parts.py",
         ),
     ),
@@ -1036,10 +1036,10 @@ SCOPES: dict[str, Scope] = {
     # failing, ending early, stopped while waiting), e-stops numbered, shutdown and killing: a stand-in
     # arm process speaking the link's messages, started as the real one is.
     "arm-link-start": Scope(
-        ("runtime/arm/link.py",),
-        ("tests/arm/test_arm_link_start.py", "tests/arm/test_arm_link.py"),
+        ("runtime/arm_control/link.py",),
+        ("tests/arm_control/test_link_start.py", "tests/arm_control/test_link.py"),
         tuple(
-            f"runtime.arm.link.xǁArmLinkǁ{m}*"
+            f"runtime.arm_control.link.xǁArmLinkǁ{m}*"
             for m in ("start", "_handshake", "shutdown", "_kill", "alive", "death", "estop", "request_estop")
         ),
     ),

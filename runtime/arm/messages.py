@@ -26,8 +26,8 @@ from runtime.control.feed import Blocked, Prefix
 from runtime.control.latch import Latch
 from runtime.control.mailbox import Release, Start, Stop, TakeOver
 from runtime.control.snapshot import Snapshot
+from runtime.control.target import Target
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.target import Target
 
 LINK_VERSION: Final = 1
 

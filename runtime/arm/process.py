@@ -1,6 +1,6 @@
 """The arm's own process: the serial port, the control loop, the safety envelope, the flight recorder.
 
-Started by the daemon (:class:`runtime.arm.link.ArmLink`) as ``python -m runtime.arm --fd N``, one end
+Started by the daemon (:class:`runtime.arm_control.link.ArmLink`) as ``python -m runtime.arm --fd N``, one end
 of the link socket inherited as file descriptor N; the first message is the configuration
 (:class:`~runtime.arm.messages.Init`, refused when the daemon speaks another version of the link).
 Nothing here decodes network messages, runs OpenVINO or encodes video: chunks, teleop targets and
@@ -151,7 +151,7 @@ class LinkPolicy:
 
 
 class _EpisodeTap:
-    """The arm's side of :class:`~runtime.control.episodes.EpisodeTap`: each tick's record goes to
+    """The arm's side of :class:`~runtime.arm_control.episodes.EpisodeTap`: each tick's record goes to
     the daemon with the snapshot, where the camera frames are and the episode is written."""
 
     def __init__(self) -> None:
@@ -355,7 +355,7 @@ def run(fd: int) -> int:
             link.send_last(Failed(str(e)))
             return 1
         if init.record:
-            loop.episodes = side.episode  # type: ignore[assignment]
+            loop.episodes = side.episode
         link.send(StatusMap(loop.status()))
         memory = _mlockall()
         Collector.take_over()  # from here on only the loop's thread collects, after its writes

@@ -26,12 +26,12 @@ import numpy as np
 
 from drivers.calibration import load_calibration
 from drivers.feetech.bus import FeetechBus
+from runtime.arm_control.feed import StreamFeed
+from runtime.arm_control.handler import ServerInference
+from runtime.arm_control.streams import ObservationStreams
 from runtime.bench.machine import cpu_line
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
-from runtime.control.feed import StreamFeed
-from runtime.control.handler import ServerInference
 from runtime.control.loop import ControlLoop
-from runtime.control.streams import ObservationStreams
 from runtime.control.writetime import summarize_errors
 from runtime.engine.affinity import allowed_cpus, inference_cpus, process_on
 from runtime.engine.base import Engine

@@ -154,9 +154,9 @@ class ControlConfig:
     ``temporal_ensemble`` with weights ``exp(-ensemble_coeff * i)``, i = 0 for the oldest).
     ``control_cpu``/``rt_priority``: where the loop thread runs and the SCHED_FIFO priority it asks
     for (0: none). ``recorder_s``: seconds of ticks the flight recorder keeps.
-    ``process``: ``own`` runs the loop, the serial port and the envelope in a process of their own
-    (the arm process), which the daemon's interpreter, its network I/O, inference and recording
-    cannot delay; ``thread`` runs the loop as a thread of the daemon (embedding; comparisons).
+    ``process``: ``own``, the one host: the loop, the serial port and the envelope run in a process of
+    their own (the arm process), which the daemon's interpreter, its network I/O, inference and
+    recording cannot delay (the key stays so a config naming the removed ``thread`` is refused, saying so).
     ``link_timeout_s``: the arm process holds when it hears nothing from the daemon for this long.
     ``task``: the instruction a language policy (SmolVLA) follows until ``control start --task`` (or a
     teleop station's episode task, at its hand-back) gives another. ``rtc``: real-time chunking
@@ -171,7 +171,7 @@ class ControlConfig:
     ensemble_coeff: float = 0.01
     rt_priority: int = 50
     recorder_s: float = 20.0
-    process: Literal["own", "thread"] = "own"
+    process: str = "own"
     task: str = ""
     link_timeout_s: float = 0.5
     # The built-in demo policy's camera, as `lerobot-runtime camera` publishes it by default.
@@ -190,6 +190,11 @@ class ControlConfig:
             )
         if self.ensemble_coeff < 0:
             raise ConfigError(f"control.ensemble_coeff: expected >= 0, got {self.ensemble_coeff}")
+        if self.process != "own":
+            raise ConfigError(
+                f"control.process: expected 'own' (the loop runs in the arm's own process; running it as a thread "
+                f"of the daemon is no longer offered), got {self.process!r}"
+            )
         if not 0 <= self.rt_priority <= 99:
             raise ConfigError(f"control.rt_priority: expected 0 (none) to 99, got {self.rt_priority}")
         if not 0.05 <= self.link_timeout_s <= 10:

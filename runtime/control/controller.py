@@ -50,8 +50,8 @@ from runtime.control.mode import MOVING, Mode, Source, source_of
 from runtime.control.plan import Plan
 from runtime.control.safety import Goal, SafetyEnvelope
 from runtime.control.stall import Stall
+from runtime.control.target import TeleopTarget
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.target import TeleopTarget
 
 #: the chunks whose measured latency the inference delay of a real-time chunking request is the worst of
 DELAY_WINDOW = 20

@@ -48,7 +48,6 @@ from runtime.bundle.manifest import Manifest
 from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig, control_rate
 from runtime.control.controller import ChunkResult, Controller
-from runtime.control.episodes import EpisodeTap
 from runtime.control.events import EventLog
 from runtime.control.feed import PolicyFeed
 from runtime.control.handoff import Latest
@@ -58,6 +57,7 @@ from runtime.control.mode import Mode, Source
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import Goal
 from runtime.control.snapshot import Snapshot
+from runtime.control.tap import EpisodeSink
 from runtime.control.writetime import WriteClock
 from runtime.engine.affinity import current_cpu
 from runtime.errors import ConfigError
@@ -144,7 +144,7 @@ class ControlLoop:
         self.dump_requests = c.dump_requests
         self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
         #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
-        self.episodes: EpisodeTap | None = None
+        self.episodes: EpisodeSink | None = None
         self._present: np.ndarray | None = None
         #: the reading the next tick decides from (None: that read failed)
         self._reading: np.ndarray | None = None

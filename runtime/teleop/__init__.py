@@ -1,7 +1,7 @@
-"""Field teleop: an operator's station drives the arm through the daemon's control loop.
+"""Field teleop, the operator's side: a station reads a leader arm and drives the arm through the daemon.
 
-``config`` (the ``[teleop]`` table), ``target`` (the one-slot handoff of the newest leader pose and the
-hand-over from another source), ``session`` (which station holds the arm), ``handler`` (``teleop.*``
-requests), ``leader`` (reading a leader arm, torque off), ``station`` (the operator's side) and
-``terminal`` (its raw keyboard).
+``config`` (the ``[teleop]`` table), ``leader`` (reading a leader arm, torque off), ``station`` (the
+operator's side of the session) and ``terminal`` (its raw keyboard). The daemon's side (sessions, the
+``teleop.*`` requests, a leader on the daemon's own computer) is in :mod:`runtime.arm_control`; the
+loop's following of the newest target, with the hand-over, is :mod:`runtime.control.target`.
 """

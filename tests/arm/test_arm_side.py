@@ -54,9 +54,9 @@ from runtime.control.latch import Latch
 from runtime.control.loop import ControlLoop
 from runtime.control.mailbox import Release, Start, Stop, TakeOver
 from runtime.control.mode import Mode
+from runtime.control.target import Target
 from runtime.errors import LinkProtocolError, LinkVersionError
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.target import Target
 from tests.control.small_arm import CAL, Bus, Clock, at, manifest
 
 

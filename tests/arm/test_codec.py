@@ -27,9 +27,9 @@ from runtime.control.latch import Latch
 from runtime.control.mailbox import Release, Start, Stop, TakeOver
 from runtime.control.mode import Mode
 from runtime.control.snapshot import Snapshot
+from runtime.control.target import Target
 from runtime.errors import LinkProtocolError, LinkVersionError
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.target import Target
 from tests.control.small_arm import manifest
 
 SNAPSHOT = Snapshot(

@@ -276,7 +276,7 @@ def test_a_stop_while_the_arm_process_starts_ends_the_wait_whenever_the_signal_l
     """systemd's stop can come before the arm process has set up its SIGTERM handler (still importing):
     it then dies of the signal itself. Either way the daemon reads a stop, not a crashed arm process."""
     from drivers.config import ArmConfig
-    from runtime.arm.link import ArmLink
+    from runtime.arm_control.link import ArmLink
     from runtime.bundle.manifest import read_manifest
     from runtime.control.config import ControlConfig
     from runtime.teleop.config import TeleopConfig

@@ -17,12 +17,13 @@ import pytest
 
 from drivers.calibration import Calibration, load_calibration
 from drivers.sim.arm import SimArm
+from runtime.arm_control.feed import StreamFeed
+from runtime.arm_control.streams import ObservationStreams
 from runtime.bundle.bundle import Bundle
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
-from runtime.control.feed import Prefix, StreamFeed
+from runtime.control.feed import Prefix
 from runtime.control.loop import ControlLoop
-from runtime.control.streams import ObservationStreams
 from runtime.producers.camera import CameraPublisher, SyntheticSource
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -221,6 +221,11 @@ def test_the_control_defaults() -> None:
         ({"link_timeout_s": 10.01}, "control.link_timeout_s: expected 0.05 to 10 seconds, got 10.01"),
         ({"recorder_s": 0.0}, "control.recorder_s: expected > 0 seconds, got 0.0"),
         ({"recorder_s": math.nan}, "control.recorder_s: expected > 0 seconds, got nan"),
+        (
+            {"process": "thread"},
+            "control.process: expected 'own' (the loop runs in the arm's own process; running it as a thread of "
+            "the daemon is no longer offered), got 'thread'",
+        ),
     ],
 )
 def test_each_control_refusal(kw: dict[str, Any], message: str) -> None:

@@ -20,15 +20,16 @@ import pytest
 from drivers.calibration import Calibration, load_calibration
 from drivers.config import ArmConfig
 from drivers.sim.arm import SimArm, simulator_for
+from runtime.arm_control.feed import StreamFeed
+from runtime.arm_control.streams import ObservationStreams
 from runtime.bundle.manifest import Manifest, RtcEntry, TensorSpec, parse_manifest
 from runtime.control.actions import ActionQueue
 from runtime.control.config import ControlConfig, RtcConfig, SafetyConfig, StreamConfig, rtc_in_effect
 from runtime.control.controller import DELAY_WINDOW, ChunkResult, Controller
 from runtime.control.events import EventLog
-from runtime.control.feed import Prefix, StreamFeed
+from runtime.control.feed import Prefix
 from runtime.control.loop import ControlLoop
 from runtime.control.mailbox import Start
-from runtime.control.streams import ObservationStreams
 from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 
@@ -317,7 +318,7 @@ def test_goals_run_on_across_chunk_boundaries_with_rtc_and_jump_without(
 def test_the_arm_process_carries_the_prefix_across_the_link(manifest: Manifest, camera: Camera) -> None:
     """``control.process = "own"``: the ask message carries the leftover and the delay, the daemon's side
     hands them to the feed, and the goals at the servos run on across the boundaries as in one process."""
-    from runtime.arm.link import ArmLink
+    from runtime.arm_control.link import ArmLink
 
     calibration = load_calibration(CALIBRATION)
     sim = simulator_for(calibration).start()

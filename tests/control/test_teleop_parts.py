@@ -9,14 +9,14 @@ import msgpack
 import numpy as np
 import pytest
 
+from runtime.arm_control.teleop_session import NoSession, SessionHeld, TeleopSessions
+from runtime.control.target import TeleopTarget
 from runtime.errors import ConfigError
 from runtime.protocol import codec
 from runtime.protocol.errors import BadRequestError, NoSessionError, SessionHeldError
 from runtime.protocol.messages import TeleopRequest
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
 from runtime.teleop.station import Station
-from runtime.teleop.target import TeleopTarget
 
 LIMIT = 1 << 20
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from drivers.config import ArmConfig
+from runtime.arm_control.feed import StreamFeed
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.control.events import EventLog
-from runtime.control.feed import StreamFeed
 from runtime.control.mode import Mode
 from runtime.control.snapshot import Snapshot
 from runtime.daemon import AUTO_DUMP_SPACING_S, Daemon
@@ -456,7 +456,7 @@ def test_a_start_interrupted_while_waiting_for_the_arm_exits_cleanly(engine: Eng
 def test_with_an_arm_the_control_loop_starts_wired_and_pinned(engine: Engine, short_tmp: Path) -> None:
     import os
 
-    from runtime.control.handler import LoopControl
+    from runtime.arm_control.handler import LoopControl
     from runtime.engine.config import EngineConfig
 
     so101 = Path(__file__).resolve().parents[2] / "configs" / "calibration" / "so101_sim.toml"
@@ -680,7 +680,8 @@ class _Streams:
 
 
 def test_recording_is_set_up_from_the_loop_rate_its_joints_and_the_camera_streams(daemon: Any, tmp_path: Path) -> None:
-    from runtime.control.episodes import EpisodeTap
+    from runtime.arm_control.episodes import EpisodeTap
+    from runtime.arm_control.link import ArmLink
     from runtime.recording import EpisodeRecorder, RecordingConfig
 
     joints = ("a", "b", "c", "d", "e", "f")
@@ -775,9 +776,9 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
 ) -> None:
     from drivers.calibration import load_calibration
     from drivers.sim.arm import simulator_for
+    from runtime.arm_control.episodes import EpisodeTap
+    from runtime.arm_control.handler import ServerInference
     from runtime.control.config import ControlConfig
-    from runtime.control.episodes import EpisodeTap
-    from runtime.control.handler import ServerInference
     from runtime.engine.config import EngineConfig
     from runtime.recording import RecordingConfig
     from runtime.teleop.config import TeleopConfig
@@ -790,8 +791,7 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
         engine=EngineConfig(control_cpu=4095),
         server=ServerConfig(endpoints=(f"ipc://{short_tmp}/policy.sock",)),
         arm=ArmConfig(kind="sim", calibration=str(so101)),
-        # the loop as a thread of the daemon: what is asserted here are the loop's own parts
-        control=ControlConfig(process="thread"),
+        control=ControlConfig(),
         daemon=DaemonSettings(tick_s=0.05, stats_log_interval_s=0, arm_wait_s=1.0, state_dir=str(short_tmp)),
         recording=RecordingConfig(dataset_dir=str(short_tmp / "ds")),
         teleop=teleop,
@@ -800,9 +800,9 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
     try:
         d.startup()
         loop = d.loop
-        assert loop is not None and d.server is not None and d.streams is not None
+        assert isinstance(loop, ArmLink) and d.server is not None and d.streams is not None
         assert loop.cpu is None
-        feed = loop.policy
+        feed = loop.feed
         assert isinstance(feed, StreamFeed) and isinstance(feed.inference, ServerInference)
         assert feed.inference.server is d.server
         assert loop.teleop.config == teleop

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import zmq
 
+from runtime.arm_control import streams as streams_module
+from runtime.arm_control.streams import POLL_MS, ObservationStreams
 from runtime.bundle.manifest import TensorSpec
-from runtime.control import streams as streams_module
 from runtime.control.config import StreamConfig
-from runtime.control.streams import POLL_MS, ObservationStreams
 from runtime.errors import ConfigError
 from runtime.protocol.errors import BadRequestError
 from runtime.protocol.stream import StreamPart, encode_part
@@ -98,7 +98,7 @@ def test_a_part_that_does_not_fit_is_refused_counted_and_logged_once(
 ) -> None:
     s = make(tmp_path)
     now = time.monotonic()
-    with caplog.at_level(logging.ERROR, logger="runtime.control.streams"):
+    with caplog.at_level(logging.ERROR, logger="runtime.arm_control.streams"):
         s._drain(
             Socket(
                 encode_part(FRONT, 1, now, image((2, 2, 3))),

@@ -23,8 +23,6 @@ import numpy as np
 import pytest
 
 from drivers.config import ArmConfig
-from runtime.arm import link as link_module
-from runtime.arm.link import ArmLink, _exit_words
 from runtime.arm.messages import (
     ARM_MESSAGES,
     DAEMON_MESSAGES,
@@ -49,6 +47,8 @@ from runtime.arm.messages import (
     Tick,
 )
 from runtime.arm.wire import Link
+from runtime.arm_control import link as link_module
+from runtime.arm_control.link import ArmLink, _exit_words
 from runtime.control.config import ControlConfig
 from runtime.control.feed import Blocked
 from runtime.control.latch import ControlRefused, Latch, StaleLatch
@@ -305,7 +305,7 @@ def test_a_hand_shake_message_after_the_start_is_only_logged(
     rig: tuple[ArmLink, Link, Feed], caplog: pytest.LogCaptureFixture
 ) -> None:
     arm, _, _ = rig
-    with caplog.at_level(logging.WARNING, logger="runtime.arm.link"):
+    with caplog.at_level(logging.WARNING, logger="runtime.arm_control.link"):
         arm._dispatch(Ready(1, "", ("x",), {}))
     assert arm.names == JOINTS and arm.memory == ""
     assert [r.getMessage() for r in caplog.records] == [
@@ -708,7 +708,7 @@ def test_the_links_thread_sends_the_gate_reads_the_arm_and_sees_it_die(
     assert all(abs(t - time.monotonic()) < 5 for t in feed.blocked_at)
     arm.episodes = Broken()
     end = time.monotonic() + 5
-    with caplog.at_level(logging.ERROR, logger="runtime.arm.link"):
+    with caplog.at_level(logging.ERROR, logger="runtime.arm_control.link"):
         record = EpisodeRecord(1.0, None, None, None, "hold", False)
         theirs.send(Tick(Snapshot(tick=7), record))  # a bug in handling one message
         for _ in range(2):  # a message this side cannot take, twice: said once, counted twice

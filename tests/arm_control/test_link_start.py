@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from drivers.config import ArmConfig
-from runtime.arm import link as link_module
-from runtime.arm.link import ArmLink, ArmProcessError
 from runtime.arm.messages import LINK_VERSION
+from runtime.arm_control import link as link_module
+from runtime.arm_control.link import ArmLink, ArmProcessError
 from runtime.control.config import ControlConfig
 from runtime.teleop.config import TeleopConfig
-from tests.arm.test_arm_link import Feed
+from tests.arm_control.test_link import Feed
 from tests.control.small_arm import manifest
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -296,7 +296,7 @@ def test_a_ready_missing_its_fields_is_refused_by_name_and_the_start_goes_on(
 ) -> None:
     stand_in = launch("refused")
     arm = _arm()
-    with caplog.at_level(logging.ERROR, logger="runtime.arm.link"):
+    with caplog.at_level(logging.ERROR, logger="runtime.arm_control.link"):
         arm.start()
     try:
         assert arm.names == ("j1", "j2", "j3") and arm.memory == "after the refused one"

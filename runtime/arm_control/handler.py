@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from runtime.arm_control.interface import ArmControl
+from runtime.arm_control.streams import ObservationStreams
+from runtime.arm_control.teleop import TeleopControl
 from runtime.control.config import RtcConfig
 from runtime.control.feed import OnDone, Prefix
 from runtime.control.latch import ControlRefused, StaleLatch, estop_status
-from runtime.control.loop import ControlLoop
-from runtime.control.streams import ObservationStreams
 from runtime.protocol.errors import ControlRefusedError
 from runtime.protocol.messages import ControlRequest, PrefixFields, TeleopRequest
 from runtime.server.server import PolicyServer
-from runtime.teleop.handler import TeleopControl
-
-if TYPE_CHECKING:
-    from runtime.arm.link import ArmLink
 
 
 class ServerInference:
@@ -61,7 +58,7 @@ class ServerInference:
 class LoopControl:
     def __init__(
         self,
-        loop: ControlLoop | ArmLink,
+        loop: ArmControl,
         state_dir: Path,
         inference_thread: int = 0,
         streams: ObservationStreams | None = None,

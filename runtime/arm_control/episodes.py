@@ -23,7 +23,7 @@ from runtime.control.events import EventLog
 from runtime.errors import RecordingError
 
 if TYPE_CHECKING:  # the arm process imports the loop, the loop this module: no ZeroMQ there
-    from runtime.control.streams import ObservationStreams
+    from runtime.arm_control.streams import ObservationStreams
 
 IMAGE_PREFIX = "observation.images."
 

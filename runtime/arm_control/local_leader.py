@@ -12,21 +12,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from drivers.errors import BusError
+from runtime.arm_control.interface import ArmControl
 from runtime.control.clock import Ticker
-from runtime.control.loop import ControlLoop
 from runtime.teleop.leader import LeaderArm
-
-if TYPE_CHECKING:
-    from runtime.arm.link import ArmLink
 
 log = logging.getLogger(__name__)
 
 
 class LocalLeader:
-    def __init__(self, leader: LeaderArm, loop: ControlLoop | ArmLink, who: str) -> None:
+    def __init__(self, leader: LeaderArm, loop: ArmControl, who: str) -> None:
         leader.order(loop.names)
         self.leader = leader
         self.loop = loop

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from drivers.errors import BusError, ReplyTimeoutError
-from runtime.teleop import local as local_module
-from runtime.teleop.local import LocalLeader
+from runtime.arm_control import local_leader as local_module
+from runtime.arm_control.local_leader import LocalLeader
 
 
 class Leader:
@@ -112,7 +112,7 @@ def test_each_tick_puts_the_pose_with_the_next_number_and_failures_are_counted_n
     ll = LocalLeader(leader, lp, "bench")  # type: ignore[arg-type]
     ll._stop = Stop(5)  # type: ignore[assignment]
     before = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="runtime.teleop.local"):
+    with caplog.at_level(logging.INFO, logger="runtime.arm_control.local_leader"):
         ll._run()
     after = time.monotonic()
     [t] = Ticker.made
@@ -133,7 +133,7 @@ def test_a_leader_failing_from_the_start_is_logged_once_and_puts_nothing(caplog:
     lp = loop()
     ll = LocalLeader(leader, lp, "bench")  # type: ignore[arg-type]
     ll._stop = Stop(3)  # type: ignore[assignment]
-    with caplog.at_level(logging.INFO, logger="runtime.teleop.local"):
+    with caplog.at_level(logging.INFO, logger="runtime.arm_control.local_leader"):
         ll._run()
     assert lp.teleop.puts == [] and (ll.reads, ll.failures) == (0, 3)
     assert [r.getMessage() for r in caplog.records] == [

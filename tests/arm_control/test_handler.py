@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtime.arm_control.handler import LoopControl, ServerInference
 from runtime.control.config import RtcConfig
 from runtime.control.events import EventLog
 from runtime.control.feed import Prefix
-from runtime.control.handler import LoopControl, ServerInference
 from runtime.control.latch import ControlRefused, Latch, StaleLatch
 from runtime.control.mode import Mode
 from runtime.control.snapshot import Snapshot

@@ -18,9 +18,9 @@ cannot take is refused (logged the first time for its kind and field, counted in
 as ``process.link_refused``) and the link goes on with the next.
 
 Commands, e-stops and teleop targets are sent by whichever thread asks (the server's I/O thread, a
-signal handler, the local leader): one datagram each, never a wait. The object answers the same
-questions as :class:`~runtime.control.loop.ControlLoop` (``snapshot``, ``status``, ``check``,
-``request``, ``request_estop``, ``teleop.put`` ...), so the handlers do not know which one they talk to.
+signal handler, the local leader): one datagram each, never a wait. It is the daemon's
+:class:`~runtime.arm_control.interface.ArmControl`: the handlers, teleop, recording and status reach
+the arm through nothing else.
 
 When the arm process dies, its end of the link closes: the thread sees it at once, the event is
 logged as CRITICAL, ``alive`` turns false (the daemon then withholds systemd's watchdog ping and says
@@ -75,17 +75,19 @@ from runtime.arm.messages import (
     Waiting,
 )
 from runtime.arm.wire import Link, LinkClosed, Refusals
+from runtime.arm_control.episodes import EpisodeTap
+from runtime.arm_control.feed import StreamFeed
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, control_rate
 from runtime.control.events import EventLog
-from runtime.control.feed import Blocked, StreamFeed
+from runtime.control.feed import Blocked
 from runtime.control.handoff import Latest
 from runtime.control.latch import ControlRefused, Latch, LatchNumbers, estop_status
 from runtime.control.mailbox import Command, Shutdown, check_command, newest_latch, parse
 from runtime.control.snapshot import Snapshot
+from runtime.control.target import Target
 from runtime.errors import LinkProtocolError
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +164,7 @@ class ArmLink:
         self.teleop = TeleopInbox(self, teleop)
         self.recorder = _FlightRecorder(self)
         #: set by the daemon when ``[recording]`` is configured: fed each tick's record here
-        self.episodes: Any = None
+        self.episodes: EpisodeTap | None = None
         self.pid = 0
         self.memory = ""
         self._link: Link | None = None

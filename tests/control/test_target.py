@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from runtime.control.target import Target, TeleopTarget
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.target import Target, TeleopTarget
 
 #: 24 deg/s at 8 Hz: 3 degrees per tick, exactly
 PERIOD = 0.125

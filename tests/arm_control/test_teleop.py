@@ -11,15 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtime.arm_control.teleop import TeleopControl
 from runtime.control.events import EventLog
 from runtime.control.latch import ControlRefused
 from runtime.control.mode import Mode
 from runtime.control.snapshot import Snapshot
+from runtime.control.target import TeleopTarget
 from runtime.protocol.errors import BadRequestError, ControlRefusedError, NoSessionError, SessionHeldError
 from runtime.protocol.messages import TeleopRequest
 from runtime.teleop.config import TeleopConfig
-from runtime.teleop.handler import TeleopControl
-from runtime.teleop.target import TeleopTarget
 
 
 class Clock:

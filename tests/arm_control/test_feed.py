@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtime.arm_control.feed import StreamFeed, describe_stale
 from runtime.bundle.manifest import Manifest, parse_manifest
-from runtime.control.feed import Blocked, StreamFeed, describe_stale, state_input
+from runtime.control.feed import Blocked, state_input
 from runtime.errors import ConfigError
 
 SHA = "0" * 64

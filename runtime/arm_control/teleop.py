@@ -11,25 +11,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from runtime.arm_control.interface import ArmControl
+from runtime.arm_control.teleop_session import NoSession, SessionHeld, TeleopSessions
 from runtime.control.latch import ControlRefused
-from runtime.control.loop import ControlLoop
 from runtime.control.mode import Mode
 from runtime.protocol.errors import BadRequestError, ControlRefusedError, NoSessionError, SessionHeldError
 from runtime.protocol.messages import TeleopRequest
-from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
-
-if TYPE_CHECKING:
-    from runtime.arm.link import ArmLink
 
 log = logging.getLogger(__name__)
 
 
 class TeleopControl:
-    def __init__(self, loop: ControlLoop | ArmLink, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, loop: ArmControl, clock: Callable[[], float] = time.monotonic) -> None:
         self.loop = loop
         self.sessions = TeleopSessions(loop.teleop.config.session_timeout_ms / 1e3)
         #: the session whose last command was a hand-back (its close must not stop the policy)

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtime.arm_control.episodes import EpisodeTap, camera_inputs
 from runtime.bundle.manifest import TensorSpec
-from runtime.control.episodes import EpisodeTap, camera_inputs
 from runtime.control.events import EventLog
 from runtime.errors import RecordingError
 from runtime.protocol.stream import StreamPart

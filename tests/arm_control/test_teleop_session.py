@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.teleop.session import NoSession, SessionHeld, TeleopSessions
+from runtime.arm_control.teleop_session import NoSession, SessionHeld, TeleopSessions
 
 
 def test_a_fresh_table_holds_nothing_and_counts_nothing() -> None:
