@@ -681,7 +681,6 @@ class _Streams:
 
 def test_recording_is_set_up_from_the_loop_rate_its_joints_and_the_camera_streams(daemon: Any, tmp_path: Path) -> None:
     from runtime.arm_control.episodes import EpisodeTap
-    from runtime.arm_control.link import ArmLink
     from runtime.recording import EpisodeRecorder, RecordingConfig
 
     joints = ("a", "b", "c", "d", "e", "f")
@@ -778,6 +777,7 @@ def test_the_control_loop_starts_with_recording_a_local_leader_and_an_unavailabl
     from drivers.sim.arm import simulator_for
     from runtime.arm_control.episodes import EpisodeTap
     from runtime.arm_control.handler import ServerInference
+    from runtime.arm_control.link import ArmLink
     from runtime.control.config import ControlConfig
     from runtime.engine.config import EngineConfig
     from runtime.recording import RecordingConfig
