@@ -24,7 +24,7 @@ from drivers.errors import BusError, ServoFaultError
 from runtime.control import loop as loop_module
 from runtime.control.config import ControlConfig, SafetyConfig
 from runtime.control.feed import Blocked
-from runtime.control.latch import ControlRefused, Latch
+from runtime.control.latch import ControlRefused, Latch, StaleLatch
 from runtime.control.loop import SHUTDOWN_REST_LIMIT_S, ControlLoop, joint_name
 from runtime.control.mailbox import Release, Shutdown, Start, Stop, TakeOver
 from runtime.control.mode import Mode, Source
@@ -175,7 +175,7 @@ def test_a_new_loop_has_not_started() -> None:
     assert loop.alive is False and loop.death is None and loop.pid == os.getpid()
     assert loop.stalled_for(1e9) == 0.0
     assert loop.shutdown() is True and loop.shutdown_ok is True
-    assert loop.teleop is loop.controller.teleop and loop.dump_requests is loop.controller.dump_requests
+    assert loop.teleop.received == 0 and not loop.dump_requests
     assert loop.teleop.config == TeleopConfig() and loop.episodes is None
     assert loop.controller.names == JOINTS and loop.controller.config is r.config
     assert loop.recorder.joints == JOINTS and loop.recorder.rate_hz == 8.0
@@ -191,7 +191,7 @@ def test_a_teleop_config_given_is_the_controllers() -> None:
 
 def test_requests_by_word_or_command_go_to_the_mailbox() -> None:
     loop = Rig().loop
-    box = loop.controller.mailbox
+    box = loop.mailbox
     loop.request("start", "op")
     loop.request("release", "op", 3)
     loop.request(Stop("st"))
@@ -234,8 +234,9 @@ def test_each_tick_writes_what_it_decided_from_the_reading_after_the_last_write_
     r = Rig(3, {1: start, 3: push})
     r.run()
     log = [e[0] if e[0] != "torque" else f"torque {e[1]}" for e in r.bus.log]
-    # the first reading before the first tick, then each tick: decide, write, read
-    assert log == ["read", "torque on", "write", "read", "write", "read", "write", "read"]
+    # the first reading before the first tick, then each tick: decide, write, read; the start writes its
+    # hold (where the arm is) before torque goes on
+    assert log == ["read", "write", "torque on", "read", "write", "read", "write", "read"]
     times = [e[1] for e in r.bus.log if e[0] in ("read", "write")]
     assert times == [100.0, 100.125, 100.125, 100.25, 100.25, 100.375, 100.375]
     # tick 3 holds where the arm was read after tick 2's write, not where the push left it
@@ -779,15 +780,43 @@ def test_the_events_go_to_the_log_given() -> None:
     clock = Clock()
     config = ControlConfig(rate_hz=8.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
     loop = ControlLoop(Bus(clock), CAL, manifest(), config, Feed(), clock=clock, events=events)
-    assert loop.events is events and loop.controller.events is events
+    assert loop.events is events
+    loop.request("start", "op")
+    loop._reading = loop._read()
+    loop._tick(1, 0.0)  # the controller's events reach the log given after the tick
+    assert [e.text() for e in events.drain()] == ["control: source policy (was idle), motion started (asked by op)"]
+
+
+def test_only_a_start_asks_whether_the_policy_is_blocked_at_the_callers_time() -> None:
+    r = Rig()
+    r.feed.gate = Blocked("untrusted", "policy not trusted: self-check failed")
+    r.clock.now = 123.0
+    with pytest.raises(ControlRefused, match=r"^policy not trusted: self-check failed$"):
+        r.loop.check("start")
+    assert r.feed.blocked_at == [123.0]
+    r.loop.check("teleop")
+    r.loop.check("stop")
+    assert r.feed.blocked_at == [123.0]
+    latch = r.loop.request_estop("button")
+    with pytest.raises(StaleLatch):
+        r.loop.check("release", latch.id + 1)
+    r.loop.check("release", latch.id)
+
+
+def test_a_release_naming_no_latch_is_stale_once_the_latch_is_taken() -> None:
+    r = Rig(1, {1: lambda loop: loop.request_estop("button")})
+    loop = r.run()
+    assert loop.mailbox.pending_estop() is None and loop.estop is not None
+    with pytest.raises(StaleLatch):
+        loop.check("release")
 
 
 def test_requests_and_checks_without_a_name_or_a_latch() -> None:
     loop = Rig().loop
     loop.request("stop")
     loop.request("release")
-    assert loop.controller.mailbox.take_command() == Stop("")
-    assert loop.controller.mailbox.take_command() == Release("", 0)
+    assert loop.mailbox.take_command() == Stop("")
+    assert loop.mailbox.take_command() == Release("", 0)
     loop.request_estop("button")
     with pytest.raises(ControlRefused, match="names e-stop latch 0"):
         loop.check("release")
@@ -797,6 +826,7 @@ def test_each_tick_publishes_the_latch_in_effect() -> None:
     r = Rig(3, {1: start, 2: lambda loop: loop.request_estop("button")})
     r.run()
     assert [s.latch for s in r.script.snaps] == [None, r.loop.controller.latch, r.loop.controller.latch]
+    assert r.loop.estop == r.loop.controller.latch  # taken: the requests are gone, the latch is published
     assert r.script.snaps[1].latch is not None and r.script.snaps[1].latch.reason == "button"
     assert [s.latches_taken for s in r.script.snaps] == [0, 1, 1]
 
