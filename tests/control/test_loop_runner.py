@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -242,6 +243,54 @@ def test_each_tick_writes_what_it_decided_from_the_reading_after_the_last_write_
     # tick 3 holds where the arm was read after tick 2's write, not where the push left it
     assert goals(r)[-1] == [10.0, -5.0, 40.0]
     assert list(r.loop.snapshot().present) == [13.0, -5.0, 40.0]
+
+
+def test_torque_comes_on_over_a_hold_the_envelope_made_of_the_present_pose() -> None:
+    r = Rig(1, {1: start}, soft_limits={"a": (-90.0, 8.0)})  # the arm is at a = 10, past its soft limit
+    made: list[Any] = []
+    envelope = r.loop.controller.envelope
+    hold_goal = envelope.hold_goal
+
+    def recorded(goal: Any, present: Any) -> Any:
+        made.append(hold_goal(goal, present))
+        return made[-1]
+
+    envelope.hold_goal = recorded  # type: ignore[method-assign]
+    r.run()
+    entries = [e for e in r.bus.log if e[0] != "read"]
+    assert entries[0][0] == "write" and entries[1] == ("torque", "on")  # the hold, then torque
+    written = [entries[0][2][n] for n in JOINTS]
+    # the envelope's hold of the present pose: inside the limits, within max_step of where the arm is
+    assert made and written == list(made[0]) and written == [8.0, P[1], P[2]]
+    assert r.loop.controller.mode is Mode.RUNNING
+
+
+@pytest.mark.parametrize(("command", "word"), [("start", "start"), ("teleop", "teleop")])
+def test_a_start_or_take_over_whose_torque_does_not_come_on_is_refused(command: str, word: str) -> None:
+    r = Rig(2, {1: lambda loop: loop.request(command, "op")})
+    r.bus.torque_on_errors.append(BusError("no reply from servo 2"))
+    loop = r.run()
+    assert loop.controller.mode is Mode.IDLE and "starts" not in loop.controller.counters
+    assert (logging.ERROR, f"control {word}: torque on failed: no reply from servo 2") in r.said()
+    assert r.feed.submitted == []  # nothing asked for a start that was refused
+    assert [s.mode for s in r.script.snaps] == [Mode.IDLE, Mode.IDLE]
+
+
+def test_a_hold_that_could_not_be_written_keeps_torque_off_and_refuses_the_start() -> None:
+    r = Rig(1, {1: start})
+    r.bus.write_errors.append(BusError("no reply"))
+    loop = r.run()
+    assert ("torque", "on") not in r.bus.log and loop.controller.mode is Mode.IDLE
+    assert (logging.ERROR, "control start: torque on failed: the hold before it could not be written") in r.said()
+
+
+def test_an_estop_that_could_not_turn_torque_off_is_critical_and_torque_ok_turns_false() -> None:
+    r = Rig(3, {1: start, 2: lambda loop: loop.request_estop("button")}, estop_action="torque_off")
+    r.bus.torque_errors.append(BusError("no reply"))
+    loop = r.run()
+    assert loop.controller.torque_ok is False and loop.controller.mode is Mode.ESTOPPED
+    assert (logging.CRITICAL, "control: torque off FAILED: no reply; check the arm by hand") in r.said()
+    assert loop.dump_requests == deque(["estop"])
 
 
 def test_the_first_tick_decides_from_the_reading_before_it() -> None:
