@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -179,9 +179,10 @@ class Controller:
         self.last_teleop_seq = -1
         self.arm_error = ""
         self.hold_goal: np.ndarray | None = None
+        #: the newest chunk's latency in ticks, how many were measured, the last DELAY_WINDOW of them
         self.last_latency_ticks = math.nan
-        self.latency_ring = np.full(256, np.nan)
         self.latencies_measured = 0
+        self._recent: deque[int] = deque(maxlen=DELAY_WINDOW)
         #: False once torque could not be turned off when it had to be
         self.torque_ok = True
         self._present: np.ndarray | None = None
@@ -524,7 +525,7 @@ class Controller:
             return
         latency = k - obs_tick
         self.last_latency_ticks = float(latency)
-        self.latency_ring[self.latencies_measured % len(self.latency_ring)] = latency
+        self._recent.append(latency)
         self.latencies_measured += 1
         if error is not None or actions is None:
             self.counters["inference_failures"] += 1
@@ -636,12 +637,8 @@ class Controller:
     def inference_delay(self) -> int:
         """LeRobot's estimate of the next chunk's delay in ticks: the worst of the latencies measured for
         the last :data:`DELAY_WINDOW` chunks (0 before any), at most what a chunk can serve."""
-        n = min(self.latencies_measured, DELAY_WINDOW, len(self.latency_ring))
-        if n == 0:
-            return 0
-        end = self.latencies_measured % len(self.latency_ring)
-        recent = np.take(self.latency_ring, range(end - n, end), mode="wrap")
-        return int(min(np.nanmax(recent), self._max_delay)) if not np.isnan(recent).all() else 0
+        recent = self._recent
+        return min(max(recent), self._max_delay) if recent else 0
 
     def _prefix(self, k: int) -> Prefix | None:
         """The plan from tick ``k`` on (this tick's action first: the chunk's step 0 is for tick ``k``)

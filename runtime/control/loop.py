@@ -136,6 +136,8 @@ class ControlLoop:
         self.period = 1.0 / self.rate_hz
         teleop = teleop if teleop is not None else TeleopConfig()
         self.controller = Controller(self.names, calibration, manifest, config, teleop=teleop, period=self.period)
+        #: the steps run per chunk and the queue depth the next is asked for at (fixed, for status)
+        self.n_steps, self.refill_at = self.controller.n_steps, self.controller.refill_at
         #: commands and e-stops from other threads, taken at the next tick (e-stops first)
         self.mailbox = Mailbox(clock)
         #: where the station's targets land (any thread); the runner gives each step the fresh one
@@ -147,6 +149,9 @@ class ControlLoop:
         #: the e-stop in effect as of the last step, and the gate it was given: for other threads
         self._latch: Latch | None = None
         self._blocked: Blocked | None = None
+        #: the latencies of the chunks measured, newest 256, and how many: for status and the benches
+        self._latency_ring = np.full(256, np.nan)
+        self._latencies = 0
         self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
         #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
         self.episodes: EpisodeTap | None = None
@@ -256,9 +261,8 @@ class ControlLoop:
     def latencies(self, since: int = 0) -> np.ndarray:
         """Inference latencies in ticks of the chunks measured since the ``since``-th (a snapshot's
         ``latencies_measured``), the newest 256 at most."""
-        c = self.controller
-        n = c.latencies_measured
-        ring = c.latency_ring.copy()
+        n = self._latencies
+        ring = self._latency_ring.copy()
         first = max(since, n - len(ring))
         return np.array([ring[i % len(ring)] for i in range(first, n)], dtype=np.float64)
 
@@ -310,6 +314,7 @@ class ControlLoop:
         self._shutdown_done.wait(timeout)
         self._stop.set()
         self._thread.join(2.0)
+        # the loop's thread is done (or given up on): what it left is read once, here
         return self.shutdown_ok and self.controller.torque_ok and self._shutdown_done.is_set()
 
     def _run(self) -> None:
@@ -375,6 +380,9 @@ class ControlLoop:
             decision = c.torque_done(self._switch_torque(decision))
         if decision.dumps:
             self.dump_requests.extend(decision.dumps)
+        if c.latencies_measured != self._latencies:  # a chunk's latency was measured
+            self._latency_ring[self._latencies % len(self._latency_ring)] = c.last_latency_ticks
+            self._latencies += 1
         goal = decision.goal
         # a start's first goal is the hold written before its torque on: one write of it
         if goal is not None and (held is None or not np.array_equal(goal, held)):
@@ -543,7 +551,7 @@ class ControlLoop:
         policy's gate is asked now, at the caller's time; ``ask_gate=False`` takes it as the last tick
         read it, for a thread that must not call the feed (the arm process's, whose feed is the loop's)."""
         snap = self.snapshot()
-        ring = self.controller.latency_ring.copy()
+        ring = self._latency_ring.copy()
         lat = ring[~np.isnan(ring)]
         late = self.recorder.recent_late_ms(int(self.rate_hz * 10))
         blocked = self.policy.blocked(self._clock()) if ask_gate else self._blocked
@@ -562,8 +570,8 @@ class ControlLoop:
             "recording": self.episodes.status() if self.episodes is not None else None,
             "estop": estop_status(self.estop),
             "rate_hz": self.rate_hz,
-            "n_action_steps": self.controller.n_steps,
-            "refill_at": self.controller.refill_at,
+            "n_action_steps": self.n_steps,
+            "refill_at": self.refill_at,
             "aggregate": self.config.aggregate,
             "tick": k,
             "queue_depth": snap.queue_depth,

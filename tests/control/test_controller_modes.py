@@ -163,7 +163,7 @@ def test_a_new_controller_is_idle_with_nothing_latched_measured_or_planned() -> 
     )
     assert c.intervention is False and c.torque_ok is True
     assert math.isnan(c.last_latency_ticks) and c.latencies_measured == 0
-    assert c.latency_ring.shape == (256,) and np.isnan(c.latency_ring).all()
+    assert c.inference_delay() == 0
     assert r.estop is None and r.estop_reason is None
     assert not c.counters and not r.dumps
 
@@ -293,7 +293,7 @@ def test_the_chunk_is_followed_from_the_tick_after_its_observation_within_the_en
     r.answer(rows(1.0, 2.0, 3.0, 6.0))  # for ticks 1..4
     d = r.tick()  # tick 2: tick 1's action is past
     assert same(d.requested, at(a=12.0)) and same(d.goal, at(a=12.0))
-    assert r.c.last_latency_ticks == 1.0 and r.c.latencies_measured == 1 and r.c.latency_ring[0] == 1.0
+    assert r.c.last_latency_ticks == 1.0 and r.c.latencies_measured == 1 and r.c.inference_delay() == 1
     assert r.c.queue.dropped == 1 and r.c._plan.got_first is True
     # two actions are left for ticks 3 and 4, which is the refill point: tick 2 asks for the next chunk
     assert len(r.feed.submitted) == 2 and r.feed.submitted[1][1] is False
@@ -373,7 +373,7 @@ def test_a_chunk_two_ticks_late_starts_two_actions_in() -> None:
     assert same(d.goal, at(a=11.0)) and r.c.last_latency_ticks == 2.0 and r.c.queue.dropped == 2
 
 
-def test_every_chunk_measured_lands_in_the_latency_ring_in_order() -> None:
+def test_every_chunk_measured_lands_in_the_delay_window_in_order() -> None:
     r = Rig()
     r.start()
     r.answer(rows(1.0, 2.0, 3.0, 4.0))
@@ -382,7 +382,7 @@ def test_every_chunk_measured_lands_in_the_latency_ring_in_order() -> None:
     r.answer(rows(3.0, 3.0, 3.0, 3.0))  # the answer to tick 2's ask, merged at tick 4
     r.tick()
     assert r.c.latencies_measured == 2 and r.c.last_latency_ticks == 2.0 and r.c.counters["chunks"] == 2
-    assert list(r.c.latency_ring[:2]) == [1.0, 2.0] and np.isnan(r.c.latency_ring[2:]).all()
+    assert list(r.c._recent) == [1, 2] and r.c.inference_delay() == 2
 
 
 def test_a_chunk_asked_for_before_a_stop_is_discarded_and_the_next_run_asks_anew() -> None:

@@ -438,6 +438,7 @@ def test_each_tick_publishes_its_snapshot() -> None:
     assert (first.queue_depth, second.queue_depth, second.dropped_actions) == (0, 2, 1)
     assert (first.latencies_measured, second.latencies_measured, second.last_latency_ticks) == (0, 1, 1.0)
     assert np.isnan(first.last_latency_ticks)
+    assert loop.latencies().tolist() == [1.0] and loop.latencies(1).tolist() == []  # kept by the runner
     assert second.safety == loop.controller.envelope.counts and second.safety is not loop.controller.envelope.counts
     assert second.latch is None and second.latches_taken == 0 and second.arm_error == ""
     assert second.state["a"].position == 10.0 and list(second.present) == list(P)
@@ -672,14 +673,13 @@ def test_a_shutdown_that_does_not_finish_in_time_is_not_ok() -> None:
 
 def test_latencies_since_a_snapshot_are_the_newest_measured() -> None:
     loop = Rig().loop
-    c = loop.controller
     assert loop.latencies().tolist() == []
-    c.latency_ring[:3] = [1.0, 2.0, 3.0]
-    c.latencies_measured = 3
+    loop._latency_ring[:3] = [1.0, 2.0, 3.0]
+    loop._latencies = 3
     assert loop.latencies().tolist() == [1.0, 2.0, 3.0] and loop.latencies(1).tolist() == [2.0, 3.0]
     assert loop.latencies().dtype == np.float64
-    c.latency_ring[:] = np.arange(256.0)
-    c.latencies_measured = 300  # the ring holds the newest 256: measurements 44..299
+    loop._latency_ring[:] = np.arange(256.0)
+    loop._latencies = 300  # the ring holds the newest 256: measurements 44..299
     got = loop.latencies(10)
     assert len(got) == 256 and got[0] == 44.0 and got[-1] == 299 % 256
     assert loop.latencies(290).tolist() == [float(i % 256) for i in range(290, 300)]
@@ -780,8 +780,8 @@ def test_status_jitter_is_over_the_last_ten_seconds_of_ticks() -> None:
 def test_status_latency_figures_are_over_the_chunks_measured() -> None:
     r = Rig()
     c = r.loop.controller
-    c.latency_ring[:3] = [1.0, 5.0, 2.0]
-    c.latencies_measured = 3
+    r.loop._latency_ring[:3] = [1.0, 5.0, 2.0]
+    r.loop._latencies = 3
     c.last_latency_ticks = 2.0
     r.loop._publish()
     assert r.loop.status()["inference_latency_ticks"] == {"last": 2.0, "p50": 2.0, "max": 5.0}
