@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter, deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -130,7 +129,8 @@ class _Paused:
     now: float
     present: np.ndarray | None
     inputs: Inputs
-    commands: Iterator[Command]
+    #: the tick's commands not yet carried out
+    commands: tuple[Command, ...]
     #: the command that needs torque on (None: the switch is a torque off)
     command: Start | TakeOver | None = None
     #: the tick's decision, already made (a stall's torque off)
@@ -202,12 +202,11 @@ class Controller:
         if present is not None:
             self._present = present
         self._goal = None
-        commands = iter(inputs.commands)
         if inputs.estops and self._take_estops(now, present, inputs.estops):
             # the e-stop's torque off, before any command of the tick
-            self._paused = _Paused(k, now, present, inputs, commands)
+            self._paused = _Paused(k, now, present, inputs, inputs.commands)
             return self._decision(self._goal, torque="off")
-        return self._go_on(k, now, present, inputs, commands)
+        return self._go_on(k, now, present, inputs, inputs.commands)
 
     def torque_done(self, error: str | None) -> Decision:
         """The runner switched torque as the last decision said (``error``: why it failed, None when it
@@ -231,15 +230,15 @@ class Controller:
         return self._go_on(paused.k, paused.now, present, paused.inputs, paused.commands)
 
     def _go_on(
-        self, k: int, now: float, present: np.ndarray | None, inputs: Inputs, commands: Iterator[Command]
+        self, k: int, now: float, present: np.ndarray | None, inputs: Inputs, commands: tuple[Command, ...]
     ) -> Decision:
-        for command in commands:
+        for i, command in enumerate(commands):
             if isinstance(command, Shutdown):
                 return self._decision(self._goal, shutdown=True)
             if self._command(command, present, inputs.blocked):
                 # accepted once torque is on: hold the present pose first, so the arm does not jump
                 assert present is not None and isinstance(command, Start | TakeOver)
-                self._paused = _Paused(k, now, present, inputs, commands, command)
+                self._paused = _Paused(k, now, present, inputs, commands[i + 1 :], command)
                 return self._decision(self.envelope.hold_goal(present, present), torque="on")
         self._collect(k, now, present, inputs.result)
         goal: Goal | None = None
@@ -628,7 +627,7 @@ class Controller:
                 self._plan.drop()
                 self.mode = Mode.IDLE
                 # the runner switches torque off after this tick's (empty) write
-                self._paused = _Paused(0, now, present, Inputs(), iter(()))
+                self._paused = _Paused(0, now, present, Inputs(), ())
                 return None
         # checked each tick against where the arm is now (a hold is a goal like any other)
         assert self.hold_goal is not None

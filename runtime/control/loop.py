@@ -372,7 +372,10 @@ class ControlLoop:
         present = self._reading
         inputs = self._inputs(now)
         decision = c.step(k, now, present, inputs)
-        self._taken(inputs)
+        # publish the latch, then drop the requests it was taken from (see estop)
+        self._latch = c.latch
+        if inputs.estops:
+            self.mailbox.drop_estops(len(inputs.estops))
         held: Goal | None = None  # the hold written before torque went on
         while decision.torque:
             if decision.torque == "on":
@@ -424,7 +427,9 @@ class ControlLoop:
 
     def _inputs(self, now: float) -> Inputs:
         """What the step needs from outside, read at ``now``: the commands first, then the e-stop
-        requests, so an e-stop posted before a command is taken with it (and comes first)."""
+        requests, so an e-stop posted before a command is taken with it (and comes first). Whether the
+        policy's side is lost and the teleop target matter only in teleop or to a command (a take-over
+        reads them in its own tick): read then, not on every tick of a running policy."""
         box = self.mailbox
         commands: tuple[Command, ...] = ()
         command = box.take_command()
@@ -436,15 +441,11 @@ class ControlLoop:
             commands = tuple(taken)
         policy = self.policy
         self._blocked = blocked = policy.blocked(now)
-        return Inputs(
-            box.estop_requests(), commands, self._results.take(), blocked, policy.lost(), self.teleop.fresh(now)
-        )
-
-    def _taken(self, inputs: Inputs) -> None:
-        """The step took ``inputs``' e-stops: publish the latch, then drop the requests (see estop)."""
-        self._latch = self.controller.latch
-        if inputs.estops:
-            self.mailbox.drop_estops(len(inputs.estops))
+        if commands or self.controller.mode is Mode.TELEOP:
+            return Inputs(
+                box.estop_requests(), commands, self._results.take(), blocked, policy.lost(), self.teleop.fresh(now)
+            )
+        return Inputs(box.estop_requests(), commands, self._results.take(), blocked)
 
     def _switch_torque(self, decision: Decision) -> str | None:
         """Carry out a decision's torque switch: its goal first (a hold), then torque. Torque comes on
