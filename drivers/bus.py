@@ -84,6 +84,7 @@ class ServoBus(Protocol):
     def read_positions(self) -> dict[str, float]: ...
     def write_goals(self, goals: Mapping[str, float]) -> dict[str, float]: ...
     def enable_torque(self) -> None: ...
+    def torque_on(self) -> None: ...
     def disable_torque(self) -> None: ...
 
 
@@ -691,7 +692,9 @@ class SerialServoBus:
     # ---- torque ----------------------------------------------------------------------------
 
     def enable_torque(self) -> None:
-        """Hold every joint where it is now (goal := present position), then switch torque on."""
+        """Hold every joint where it is now (goal := present position), then switch torque on (for a
+        caller with no goal of its own: the benches; the control loop writes its hold and uses
+        :meth:`torque_on`)."""
         present = self._read_raw_block()
         hold = {n: present[n].raw_position for n in self._names}
         reg = self._goal
@@ -704,6 +707,11 @@ class SerialServoBus:
             what="sync write hold goals",
         )
         self._goals_raw = hold
+        self.torque_on()
+
+    def torque_on(self) -> None:
+        """Switch torque on on every joint, writing no goal: each servo holds the goal it has, so the
+        caller writes the one to hold first."""
         for name in self._names:
             self.write_id(self._cal[name].id, "Torque_Enable", 1)
 

@@ -216,7 +216,11 @@ SCOPES: dict[str, Scope] = {
     # (tests/control/test_controller.py once took the demo bundle's export, about 40 s a run).
     "controller": Scope(
         ("runtime/control/controller.py",),
-        ("tests/control/test_controller.py", "tests/control/test_controller_modes.py"),
+        (
+            "tests/control/test_controller.py",
+            "tests/control/test_controller_modes.py",
+            "tests/control/test_controller_pure.py",
+        ),
     ),
     # The runner: decide, write, read, ask in that order; write-time stamps; what each tick publishes
     # and records; the shutdown sequence; a bug in the tick; status. On a stand-in bus and a clock the

@@ -10,7 +10,8 @@ loop's events say the first of each kind and field, ``control status`` counts th
 (``link.refused``), and the tick goes on; a refused message is no word from the daemon (a daemon that
 says nothing readable for ``control.link_timeout_s`` is lost).
 The interpreter runs the loop's thread (pinned to the control CPU, SCHED_FIFO where allowed) and a
-main thread that only waits, writes flight recordings and handles signals.
+main thread that waits, builds the full status map four times a second (from the snapshot the loop
+publishes, never on the tick), writes flight recordings and handles signals.
 
 When the daemon side stops answering (its end of the link closes: SIGKILL, a native crash in
 inference, an exit; or nothing heard for ``control.link_timeout_s``), the loop holds the last safe
@@ -77,7 +78,7 @@ from runtime.errors import LinkProtocolError
 
 log = logging.getLogger("runtime.arm")
 
-#: seconds between full ``control status`` maps sent to the daemon (snapshots go every tick)
+#: seconds between full ``control status`` maps the main thread sends to the daemon (snapshots go every tick)
 STATUS_EVERY_S = 0.25
 #: seconds the arm process waits for its configuration, the daemon's first message
 INIT_TIMEOUT_S = 30.0
@@ -119,6 +120,11 @@ class LinkPolicy:
 
     def lost(self) -> str | None:
         return self._lost_at(time.monotonic())
+
+    @property
+    def gone(self) -> str | None:
+        """Why the daemon was given up, as last found by the loop's thread (no clock, no callback: for any thread)."""
+        return self._lost
 
     def _lost_at(self, now: float) -> str | None:
         if self._lost is not None:
@@ -187,9 +193,7 @@ class ArmSide:
         self.shutdown_requested = False
         self.signal_estop = ""
         self._signal_latched_at = -1e9
-        self._status_every = max(1, round(rate_hz * STATUS_EVERY_S))
         self._status_failed = False
-        self._ticks = 0
         self._refusals = Refusals()
         self.collector = Collector(rate_hz)
 
@@ -270,18 +274,23 @@ class ArmSide:
             link.send(LoopEvent(event.level, event.text()))
         while loop.dump_requests:
             link.send(DumpRequest(loop.dump_requests.popleft()))
-        self._ticks += 1
-        if self._ticks % self._status_every == 0:
-            status = loop.status()
-            status["link"] = {"dropped": link.dropped, "refused": link.refused}
-            status["gc"] = self.collector.status()
-            try:
-                link.send(StatusMap(status))
-            # a value msgpack cannot carry (OverflowError: an integer past 64 bits): say so, never stop the tick
-            except (TypeError, ValueError, OverflowError) as e:
-                if not self._status_failed:
-                    self._status_failed = True
-                    loop.events.emit(logging.ERROR, "arm: the status map could not be sent: %s", e)
+
+    def send_status(self, loop: ControlLoop) -> None:
+        """The full ``control status`` map, for the daemon: on the main thread, off the tick, from the
+        snapshot the loop published and the gate its last tick read (the feed is the loop's own)."""
+        link = self.link
+        if link.closed or self.policy.gone is not None:
+            return
+        status = loop.status(ask_gate=False)
+        status["link"] = {"dropped": link.dropped, "refused": link.refused}
+        status["gc"] = self.collector.status()
+        try:
+            link.send(StatusMap(status))
+        # a value msgpack cannot carry (OverflowError: an integer past 64 bits): say so, and go on
+        except (TypeError, ValueError, OverflowError) as e:
+            if not self._status_failed:
+                self._status_failed = True
+                loop.events.emit(logging.ERROR, "arm: the status map could not be sent: %s", e)
 
 
 def _mlockall() -> str:
@@ -402,7 +411,8 @@ def _receive_init(link: Link, timeout_s: float = INIT_TIMEOUT_S) -> Init:
 
 
 def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
-    """The main thread: flight recordings, shutdown on request, on SIGTERM or after a loss."""
+    """The main thread: the full status, flight recordings, shutdown on request, on SIGTERM or after a loss."""
+    status_at = time.monotonic() + STATUS_EVERY_S
     while loop.alive:
         if stop["term"] or side.shutdown_requested:
             break
@@ -414,6 +424,10 @@ def _wait(loop: ControlLoop, side: ArmSide, stop: dict[str, bool]) -> int:
             break
         while side.dumps:
             _dump(loop, side.link, side.dumps.popleft())
+        now = time.monotonic()
+        if now >= status_at:
+            side.send_status(loop)
+            status_at = now + STATUS_EVERY_S
         time.sleep(0.05)
     ok = loop.shutdown()
     if side.policy.lost() is not None:

@@ -2,23 +2,29 @@
 
 One thread, pinned to the control CPU and (where allowed) SCHED_FIFO, ticks on absolute deadlines:
 
-    controller.step (e-stops, commands, chunk, this tick's goal, from the last reading)
-    -> write the goal (one sync write) -> read joints (one sync read) -> ask for a chunk from them
-    -> record -> publish the snapshot
+    gather the tick's inputs (commands and e-stops from the mailbox, the finished chunk, the policy's
+    gate, the teleop target) -> controller.step (from them and the last reading)
+    -> write the goal (one sync write) [-> switch torque, report it] -> read joints (one sync read)
+    -> hand them to the policy if the step asked -> record -> publish the snapshot
 
 The write comes first so that it leaves at the deadline: a read waits on the servos' replies, a
 write on nothing, and what the servos see is when the write arrives.
 
-Every goal the runner writes is the controller's :class:`~runtime.control.controller.Decision`, and
-only the safety envelope makes one (:class:`~runtime.control.safety.Goal`): policy, teleop,
-hand-over, rest, hold, shutdown and e-stop hold all reach the bus the same way. Inference never runs
-here: the controller hands the joints to the :class:`~runtime.control.feed.PolicyFeed` and the
-finished chunk comes back through a one-slot handoff, merged at the next tick. Other threads talk to
+The controller (:class:`~runtime.control.controller.Controller`) only decides: everything it acts
+on from outside comes in the step's :class:`~runtime.control.controller.Inputs`, and the runner
+carries out each :class:`~runtime.control.controller.Decision`. Every goal the runner writes is a
+decision's, and only the safety envelope makes one (:class:`~runtime.control.safety.Goal`): policy,
+teleop, hand-over, rest, hold, shutdown, e-stop hold and the hold written before torque goes on all
+reach the bus the same way. Torque is the runner's too: it writes the hold, then switches torque on
+(:meth:`~drivers.bus.SerialServoBus.torque_on`, which writes no goal of its own), and reports how it
+went, so a start whose torque did not come on is refused. Inference never runs here: the runner
+hands the joints to the :class:`~runtime.control.feed.PolicyFeed` when the decision asks, and the
+finished chunk comes back through a one-slot handoff, given to the next step. Other threads talk to
 the loop through its mailbox (e-stops are numbered latches, never lost; a release names the latch it
 saw) and read what it did from the frozen :class:`Snapshot` each tick ends by publishing
-(:meth:`ControlLoop.snapshot`), never the loop's attributes. Nothing in the tick logs: events are
-logged by another thread. ``hooks`` run on the loop's thread around each tick: the arm process's
-link to the daemon (:mod:`runtime.arm.process`).
+(:meth:`ControlLoop.snapshot`), never the loop's or the controller's attributes. Nothing in the tick
+logs: events are logged by another thread. ``hooks`` run on the loop's thread around each tick: the
+arm process's link to the daemon (:mod:`runtime.arm.process`).
 
 Modes (:class:`~runtime.control.mode.Mode`): ``idle`` (never commanded, or torque off), ``running``
 (executing chunks), ``teleop`` (a station's leader pose, after a hand-over that does not jump),
@@ -35,7 +41,7 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -47,17 +53,18 @@ from drivers.errors import BusError, ServoFaultError
 from runtime.bundle.manifest import Manifest
 from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig, control_rate
-from runtime.control.controller import ChunkResult, Controller
+from runtime.control.controller import Ask, ChunkResult, Controller, Decision, Inputs
 from runtime.control.events import EventLog
-from runtime.control.feed import PolicyFeed
+from runtime.control.feed import Blocked, PolicyFeed
 from runtime.control.handoff import Latest
 from runtime.control.latch import ControlRefused, Latch, estop_status
-from runtime.control.mailbox import Command, Shutdown, parse
+from runtime.control.mailbox import Command, Mailbox, Shutdown, check_command, newest_latch, parse
 from runtime.control.mode import Mode, Source
 from runtime.control.recorder import MODE_CODE, FlightRecorder
 from runtime.control.safety import Goal
 from runtime.control.snapshot import Snapshot
 from runtime.control.tap import EpisodeSink
+from runtime.control.target import TeleopTarget
 from runtime.control.writetime import WriteClock
 from runtime.engine.affinity import current_cpu
 from runtime.errors import ConfigError
@@ -84,7 +91,7 @@ class ArmBus(Protocol):
     def joints(self) -> tuple[str, ...]: ...
     def read_state(self) -> dict[str, JointState]: ...
     def write_goals(self, goals: Mapping[str, float]) -> dict[str, float]: ...
-    def enable_torque(self) -> None: ...
+    def torque_on(self) -> None: ...
     def disable_torque(self) -> None: ...
 
 
@@ -127,21 +134,24 @@ class ControlLoop:
             )
         self.rate_hz = control_rate(config, manifest.control_rate_hz)
         self.period = 1.0 / self.rate_hz
-        self.controller = Controller(
-            self.names,
-            calibration,
-            manifest,
-            config,
-            policy,
-            bus,
-            events=self.events,
-            clock=clock,
-            teleop=teleop if teleop is not None else TeleopConfig(),
-            period=self.period,
-        )
-        c = self.controller
-        self.teleop = c.teleop
-        self.dump_requests = c.dump_requests
+        teleop = teleop if teleop is not None else TeleopConfig()
+        self.controller = Controller(self.names, calibration, manifest, config, teleop=teleop, period=self.period)
+        #: the steps run per chunk and the queue depth the next is asked for at (fixed, for status)
+        self.n_steps, self.refill_at = self.controller.n_steps, self.controller.refill_at
+        #: commands and e-stops from other threads, taken at the next tick (e-stops first)
+        self.mailbox = Mailbox(clock)
+        #: where the station's targets land (any thread); the runner gives each step the fresh one
+        self.teleop = TeleopTarget(len(self.names), teleop)
+        #: why the flight recorder should be written (e-stops, stall actions), for the daemon
+        self.dump_requests: deque[str] = deque()
+        #: the finished chunk, put by the inference callback's thread, given to the next step
+        self._results: Latest[ChunkResult] = Latest()
+        #: the e-stop in effect as of the last step, and the gate it was given: for other threads
+        self._latch: Latch | None = None
+        self._blocked: Blocked | None = None
+        #: the latencies of the chunks measured, newest 256, and how many: for status and the benches
+        self._latency_ring = np.full(256, np.nan)
+        self._latencies = 0
         self.recorder = FlightRecorder(self.names, self.rate_hz, config.recorder_s)
         #: set by the daemon when ``[recording]`` is configured: feeds open episodes every tick
         self.episodes: EpisodeSink | None = None
@@ -177,28 +187,33 @@ class ControlLoop:
                 command = parse(command, who, latch)
             except ValueError as e:
                 raise ControlRefused(str(e)) from None
-        self.controller.mailbox.post(command)
+        self.mailbox.post(command)
 
     def check(self, command: str, latch: int = 0) -> None:
         """Raise :class:`ControlRefused` when ``command`` cannot be carried out now; a release of any
-        latch but the newest (``latch``) raises :class:`StaleLatch`."""
-        self.controller.check(command, latch)
+        latch but the newest (``latch``) raises :class:`StaleLatch`. For any thread: from the mailbox,
+        the newest snapshot and the policy's gate at the caller's time; the tick checks again."""
+        blocked = self.policy.blocked(self._clock()) if command == "start" else None
+        arm_error = self.snapshot().arm_error
+        check_command(command, latch, self.estop, arm_error, blocked.reason if blocked is not None else None)
 
     def post_estop(self, latch: Latch) -> Latch:
         """Latch an e-stop numbered elsewhere (the daemon's, in the arm's process); returns it as
         posted (renumbered after a newer latch given out here). For the loop's own thread."""
-        return self.controller.mailbox.post_estop(latch)
+        return self.mailbox.post_estop(latch)
 
     def request_estop(self, reason: str) -> Latch:
         """Latch a new e-stop, effective at the next tick, and return it. Each request is a latch
         of its own, also while one is latched, so a release already on its way is refused. Safe to call
         from any thread and from a signal handler (no lock)."""
-        return self.controller.mailbox.estop(reason)
+        return self.mailbox.estop(reason)
 
     @property
     def estop(self) -> Latch | None:
         """The newest e-stop, requested (effective at the next tick) or in effect; None when released."""
-        return self.controller.estop
+        # Read the requests before the latch: the tick sets the latch before it drops the requests.
+        pending = self.mailbox.pending_estop()
+        return newest_latch(pending, self._latch)
 
     @property
     def estop_reason(self) -> str | None:
@@ -207,8 +222,8 @@ class ControlLoop:
 
     @property
     def source(self) -> Source:
-        """Who commands the arm now."""
-        return self.controller.source
+        """Who commands the arm now (as of the last tick)."""
+        return self.snapshot().source
 
     # --- thread ---------------------------------------------------------------------------------------
 
@@ -246,9 +261,8 @@ class ControlLoop:
     def latencies(self, since: int = 0) -> np.ndarray:
         """Inference latencies in ticks of the chunks measured since the ``since``-th (a snapshot's
         ``latencies_measured``), the newest 256 at most."""
-        c = self.controller
-        n = c.latencies_measured
-        ring = c.latency_ring
+        n = self._latencies
+        ring = self._latency_ring.copy()
         first = max(since, n - len(ring))
         return np.array([ring[i % len(ring)] for i in range(first, n)], dtype=np.float64)
 
@@ -277,7 +291,7 @@ class ControlLoop:
                 safety=dict(c.envelope.counts),
                 last_latency_ticks=c.last_latency_ticks,
                 latencies_measured=c.latencies_measured,
-                teleop_phase=c.teleop.phase if c.mode is Mode.TELEOP else "",
+                teleop_phase=c.handover.phase if c.mode is Mode.TELEOP else "",
                 teleop_last_seq=c.last_teleop_seq,
                 intervention=c.intervention and c.mode is Mode.TELEOP,
                 cpu_seen=dict(self._cpu_ticks),
@@ -296,10 +310,11 @@ class ControlLoop:
         """Stop motion, hold, then ``safety.shutdown_action``; returns False if the arm could not be made safe."""
         if self._thread is None:
             return True
-        self.controller.mailbox.post(_SHUTDOWN)
+        self.mailbox.post(_SHUTDOWN)
         self._shutdown_done.wait(timeout)
         self._stop.set()
         self._thread.join(2.0)
+        # the loop's thread is done (or given up on): what it left is read once, here
         return self.shutdown_ok and self.controller.torque_ok and self._shutdown_done.is_set()
 
     def _run(self) -> None:
@@ -340,6 +355,7 @@ class ControlLoop:
             held = c.hold_present()
             if held is not None:
                 self._write(held)
+            c.events.move_to(self.events)
             self._publish()
             self.shutdown_ok = False
             self._shutdown_done.set()
@@ -354,15 +370,34 @@ class ControlLoop:
         # next tick: the write leaves at the deadline, however long the servos take to answer a read
         # (a read waits on their replies; a write waits on nothing).
         present = self._reading
-        decision = c.step(k, now, present)
+        inputs = self._inputs(now)
+        decision = c.step(k, now, present, inputs)
+        # publish the latch, then drop the requests it was taken from (see estop)
+        self._latch = c.latch
+        if inputs.estops:
+            self.mailbox.drop_estops(len(inputs.estops))
+        held: Goal | None = None  # the hold written before torque went on
+        while decision.torque:
+            if decision.torque == "on":
+                held = decision.goal
+            decision = c.torque_done(self._switch_torque(decision))
+        if decision.dumps:
+            self.dump_requests.extend(decision.dumps)
+        if c.latencies_measured != self._latencies:  # a chunk's latency was measured
+            self._latency_ring[self._latencies % len(self._latency_ring)] = c.last_latency_ticks
+            self._latencies += 1
         goal = decision.goal
-        if goal is not None:
+        # a start's first goal is the hold written before its torque on: one write of it
+        if goal is not None and (held is None or not np.array_equal(goal, held)):
             self._write(goal)
         if decision.shutdown:
+            c.events.move_to(self.events)
             self._shutdown()
             return
         self._reading = self._read()
-        c.observe_now(self._reading)  # a chunk is asked for from the freshest joints
+        if decision.ask is not None and self._reading is not None:
+            self._hand_over(decision.ask, self._reading, now)  # from the freshest joints
+        c.events.move_to(self.events)
         requested = decision.requested
         if self.episodes is not None:
             self.episodes.tick(
@@ -390,34 +425,96 @@ class ControlLoop:
         c.counters["ticks"] += 1
         self._tick_at = now
 
+    def _inputs(self, now: float) -> Inputs:
+        """What the step needs from outside, read at ``now``: the commands first, then the e-stop
+        requests, so an e-stop posted before a command is taken with it (and comes first). Whether the
+        policy's side is lost and the teleop target matter only in teleop or to a command (a take-over
+        reads them in its own tick): read then, not on every tick of a running policy."""
+        box = self.mailbox
+        commands: tuple[Command, ...] = ()
+        command = box.take_command()
+        if command is not None:
+            taken = [command]
+            # nothing after a shutdown is taken: the loop ends with it
+            while not isinstance(command, Shutdown) and (command := box.take_command()) is not None:
+                taken.append(command)
+            commands = tuple(taken)
+        policy = self.policy
+        self._blocked = blocked = policy.blocked(now)
+        if commands or self.controller.mode is Mode.TELEOP:
+            return Inputs(
+                box.estop_requests(), commands, self._results.take(), blocked, policy.lost(), self.teleop.fresh(now)
+            )
+        return Inputs(box.estop_requests(), commands, self._results.take(), blocked)
+
+    def _switch_torque(self, decision: Decision) -> str | None:
+        """Carry out a decision's torque switch: its goal first (a hold), then torque. Torque comes on
+        only over a goal written this way, so the arm holds where it is; returns why it failed, or None."""
+        if decision.dumps:
+            self.dump_requests.extend(decision.dumps)
+        goal = decision.goal
+        if goal is not None and not self._write(goal) and decision.torque == "on":
+            return "the hold before it could not be written"
+        try:
+            if decision.torque == "on":
+                self.bus.torque_on()
+            else:
+                self.bus.disable_torque()
+        except BusError as e:
+            return str(e)
+        return None
+
+    def _hand_over(self, ask: Ask, reading: np.ndarray, now: float) -> None:
+        """Hand the policy the reading the decision asked for: for a chunk (answered into the handoff
+        the next step is given) or for its history alone."""
+        state = reading.astype(np.float32)
+        if not ask.chunk:
+            self.policy.observe(state, reset=ask.reset)
+            self.controller.asked(ask, True, now)
+            return
+        results, gen, k = self._results, ask.gen, ask.k
+
+        def done(actions: np.ndarray | None, error: str | None) -> None:
+            results.put(ChunkResult(gen, k, actions, error))
+
+        accepted = self.policy.submit(state, done, reset=ask.reset, prefix=ask.prefix)
+        self.controller.asked(ask, accepted, now)
+
+    def _fault_estop(self, reason: str | None) -> None:
+        # The loop's own checks fail again every tick while the fault lasts: a latch per tick would
+        # leave nothing a release could name. Released while it lasts, the fault latches again.
+        if reason is not None and self.estop is None:
+            self.mailbox.estop(reason)
+
     def _read(self) -> np.ndarray | None:
         """This tick's joint positions; the last good ones on a servo fault; None when the bus failed."""
         try:
             state = self.bus.read_state()
         except ServoFaultError as e:
-            self.controller.servo_fault(e)
+            self._fault_estop(self.controller.servo_fault(e))
             return self._present
         except BusError as e:
-            self.controller.bus_failed("read", e)
+            self._fault_estop(self.controller.bus_failed("read", e))
             return None
-        self.controller.read_ok()
         self._last_state = state
         present = np.fromiter((state[n].position for n in self.names), dtype=np.float64, count=len(self.names))
+        self.controller.read_ok(present)
         self._present = present
         return present
 
-    def _write(self, goal: Goal) -> None:
+    def _write(self, goal: Goal) -> bool:
         """Write one goal; only the envelope makes a :class:`Goal`, so nothing else reaches the bus."""
         try:
             self.bus.write_goals({n: float(goal[i]) for i, n in enumerate(self.names)})
         except BusError as e:
-            self.controller.bus_failed("write", e)
-            return
+            self._fault_estop(self.controller.bus_failed("write", e))
+            return False
         # what the servos see: when the goal left, not when the tick woke
         self._write_at = self._clock()
         self._write_err_ms = self._writes.stamp(self._ticker.tick, self._write_at)
         self.controller.counters["writes"] += 1
         self.controller.written(goal)
+        return True
 
     def _shutdown(self) -> None:
         """Stop motion, hold, then rest or torque off, in that order (the controller decides; here the ticks)."""
@@ -429,26 +526,36 @@ class ControlLoop:
         if held is not None:
             self._write(held)
         if then == "torque_off":
-            c.end_with_torque_off()
+            try:
+                self.bus.disable_torque()
+            except BusError as e:
+                c.end_with_torque_off(str(e))
+            else:
+                c.end_with_torque_off(None)
+        c.events.move_to(self.events)
         end = self._clock() + SHUTDOWN_REST_LIMIT_S
         while then == "rest" and c.mode is Mode.RESTING and self._clock() < end:
             self._ticker.wait()
             goal = c.rest_step(self._read())
             if goal is not None:
                 self._write(goal)
+            c.events.move_to(self.events)
             self._publish()
         self.events.emit(logging.INFO, "control: shut down (mode was %s, now %s)", was, c.mode)
         self._shutdown_done.set()
 
     # --- status ---------------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        """``control status``: the newest snapshot, with figures computed here, off the tick."""
+    def status(self, *, ask_gate: bool = True) -> dict[str, Any]:
+        """``control status``: the newest snapshot, with figures computed here, off the tick (any
+        thread: what it reads besides the snapshot is copied in one step, or plain counts). The
+        policy's gate is asked now, at the caller's time; ``ask_gate=False`` takes it as the last tick
+        read it, for a thread that must not call the feed (the arm process's, whose feed is the loop's)."""
         snap = self.snapshot()
-        ring = self.controller.latency_ring
+        ring = self._latency_ring.copy()
         lat = ring[~np.isnan(ring)]
         late = self.recorder.recent_late_ms(int(self.rate_hz * 10))
-        blocked = self.policy.blocked(self._clock())
+        blocked = self.policy.blocked(self._clock()) if ask_gate else self._blocked
         k = snap.tick
         return {
             "mode": snap.mode.value,
@@ -464,8 +571,8 @@ class ControlLoop:
             "recording": self.episodes.status() if self.episodes is not None else None,
             "estop": estop_status(self.estop),
             "rate_hz": self.rate_hz,
-            "n_action_steps": self.controller.n_steps,
-            "refill_at": self.controller.refill_at,
+            "n_action_steps": self.n_steps,
+            "refill_at": self.refill_at,
             "aggregate": self.config.aggregate,
             "tick": k,
             "queue_depth": snap.queue_depth,

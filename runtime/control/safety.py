@@ -8,7 +8,8 @@ Whole chunks are refused when they hold NaN/Inf anywhere or when their first exe
 further than ``max_first_step_deg`` from where the arm is.
 
 Each intervention is counted per tick and reported once per occurrence (when it starts for a
-joint), with the numbers, through the event log.
+joint), with the numbers, through the events it is given (the controller's
+:class:`~runtime.control.events.TickEvents`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy.typing as npt
 
 from drivers.calibration import Calibration
 from runtime.control.config import SafetyConfig
-from runtime.control.events import EventLog
+from runtime.control.events import Emit
 from runtime.errors import ConfigError
 
 #: a goal that passed the envelope: the only kind the loop writes to the bus (the type says so)
@@ -33,7 +34,7 @@ KINDS = {LIMIT: "limit", STEP: "step", ACCEL: "accel", NONFINITE: "nonfinite"}
 
 
 class SafetyEnvelope:
-    def __init__(self, joints: Sequence[str], calibration: Calibration, config: SafetyConfig, events: EventLog) -> None:
+    def __init__(self, joints: Sequence[str], calibration: Calibration, config: SafetyConfig, events: Emit) -> None:
         self.joints = tuple(joints)
         self.config = config
         self.events = events

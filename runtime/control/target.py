@@ -1,9 +1,11 @@
 """The teleop goal source: the newest leader pose, handed from the I/O thread to the control loop,
 and the hand-over that keeps the follower from jumping to it.
 
-The I/O thread puts each target into a one-slot handoff (:class:`~runtime.control.handoff.Latest`);
-the loop peeks at the newest each tick and never waits. Targets arriving out of order (an older
-``seq`` than the newest) are dropped and counted.
+The I/O thread puts each target into a one-slot handoff (:class:`~runtime.control.handoff.Latest`)
+of :class:`TeleopTarget`; the runner peeks at the newest fresh one each tick, never waiting, and hands
+it to the controller's step. Targets arriving out of order (an older ``seq`` than the newest) are
+dropped and counted. The hand-over (:class:`Handover`) is the controller's own: it is worked on the
+loop's thread alone, from the target the step was given.
 """
 
 from __future__ import annotations
@@ -24,22 +26,15 @@ class Target:
 
 
 class TeleopTarget:
-    """Where the station's targets land, and the per-tick goal the loop asks for in ``teleop`` mode.
+    """Where the station's targets land (any thread puts), and the newest fresh one (the runner)."""
 
-    ``phase`` is ``handover`` after :meth:`begin` until the follower is at the leader's pose (or the
-    leader within tolerance, for ``wait``), then ``tracking``.
-    """
-
-    def __init__(self, joints: int, config: TeleopConfig, period_s: float) -> None:
+    def __init__(self, joints: int, config: TeleopConfig) -> None:
         self.joints = joints
         self.config = config
         self.deadman_s = config.deadman_ms / 1e3
-        self._step = config.handover_speed_deg_s * period_s
         self._slot: Latest[Target] = Latest()
         self.out_of_order = 0
         self.received = 0
-        self.phase = "tracking"
-        self.handover_ticks = 0
 
     # --- the I/O thread ---------------------------------------------------------------------
 
@@ -57,7 +52,7 @@ class TeleopTarget:
         """Forget the stored target (a new session starts from nothing)."""
         self._slot.clear()
 
-    # --- the loop ---------------------------------------------------------------------------
+    # --- the runner -------------------------------------------------------------------------
 
     def fresh(self, now: float) -> Target | None:
         """The newest target if it is younger than ``deadman_ms``, else None."""
@@ -65,6 +60,20 @@ class TeleopTarget:
         if target is None or now - target.received_at > self.deadman_s:
             return None
         return target
+
+
+class Handover:
+    """The per-tick goal the controller asks for in ``teleop`` mode, from the fresh target.
+
+    ``phase`` is ``handover`` after :meth:`begin` until the follower is at the leader's pose (or the
+    leader within tolerance, for ``wait``), then ``tracking``.
+    """
+
+    def __init__(self, config: TeleopConfig, period_s: float) -> None:
+        self.config = config
+        self._step = config.handover_speed_deg_s * period_s
+        self.phase = "tracking"
+        self.handover_ticks = 0
 
     def begin(self) -> None:
         self.phase = "handover"

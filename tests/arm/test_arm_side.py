@@ -272,7 +272,7 @@ def test_every_message_from_the_daemon_reaches_the_loop(ends: tuple[Link, Link],
     target = r.loop.teleop.fresh(7.0)
     assert target is not None and target.seq == 3 and target.received_at == 7.0
     assert target.positions.dtype == np.float64 and target.positions.tolist() == [11.0, 12.0, 13.0]
-    box = r.loop.controller.mailbox
+    box = r.loop.mailbox
     assert box.estop_requests() == (Latch(4, "from the daemon", 499.0),)
     assert [box.take_command() for _ in range(5)] == [
         Stop("op"),
@@ -295,7 +295,7 @@ def test_a_command_the_arm_does_not_know_is_refused_in_the_log(ends: tuple[Link,
     r.loop.events.drain()
     raw(daemon, {"t": "command_request", "command": ["dance", "op", 0]})
     r.side.before_tick(r.loop)
-    assert r.loop.controller.mailbox.take_command() is None
+    assert r.loop.mailbox.take_command() is None
     assert r.said() == [
         (
             logging.ERROR,
@@ -319,14 +319,14 @@ def test_a_bad_message_from_the_daemon_is_refused_counted_said_once_and_the_rest
     daemon.send(Gate(None))
     daemon.send(CommandRequest(Stop("op")))
     r.side.before_tick(r.loop)  # takes what it can, raises nothing
-    assert r.policy.blocked(clock.now) is None and r.loop.controller.mailbox.take_command() == Stop("op")
-    assert r.loop.controller.mailbox.estop_requests() == ()
+    assert r.policy.blocked(clock.now) is None and r.loop.mailbox.take_command() == Stop("op")
+    assert r.loop.mailbox.estop_requests() == ()
     said = [text for level, text in r.said() if level == logging.ERROR]
     assert len(said) == 3  # the estop's fault once, the unknown kind, the cut datagram
     assert said[0].endswith("the daemon's 'estop' message: 'latch.requested_at' expected a number, got 'soon' (str)")
     assert "a link message of kind 'dance' (str)" in said[1] and "that is not msgpack" in said[2]
     assert link.refused == 5
-    r.side.after_tick(r.loop)
+    r.side.send_status(r.loop)
     status = [m for m in got(daemon) if isinstance(m, StatusMap)]
     assert status[0].status["link"] == {"dropped": 0, "refused": 5}
 
@@ -408,7 +408,7 @@ def test_a_closed_link_is_not_read(ends: tuple[Link, Link], clock: FakeTime) -> 
 def test_a_signal_latches_an_estop_once_whichever_copy_comes_first(ends: tuple[Link, Link], clock: FakeTime) -> None:
     link, daemon = ends
     r = Rig(link, clock, timeout_s=5.0)
-    box = r.loop.controller.mailbox
+    box = r.loop.mailbox
     # this process's own signal first: the daemon's copy of it, within a second, is the same e-stop
     r.side.signal_estop = "signal SIGUSR1"
     daemon.send(Estop(Latch(1, "signal SIGUSR1", clock.now)))
@@ -432,7 +432,7 @@ def test_the_daemons_copy_of_a_signal_first_makes_this_processs_own_the_same_est
 ) -> None:
     link, daemon = ends
     r = Rig(link, clock, timeout_s=5.0)
-    box = r.loop.controller.mailbox
+    box = r.loop.mailbox
     daemon.send(Estop(Latch(1, "signal SIGUSR1", clock.now)))
     r.side.before_tick(r.loop)
     clock.now += 0.75
@@ -451,7 +451,7 @@ def test_a_signal_while_another_estop_is_latched_latches_its_own(ends: tuple[Lin
     r.loop.request_estop("button")
     r.side.signal_estop = "signal SIGUSR1"
     r.side.before_tick(r.loop)
-    assert [latch.reason for latch in r.loop.controller.mailbox.estop_requests()] == ["button", "signal SIGUSR1"]
+    assert [latch.reason for latch in r.loop.mailbox.estop_requests()] == ["button", "signal SIGUSR1"]
 
 
 def test_a_signal_is_latched_even_after_the_daemon_is_lost(ends: tuple[Link, Link], clock: FakeTime) -> None:
@@ -468,7 +468,7 @@ def test_a_signal_is_latched_even_after_the_daemon_is_lost(ends: tuple[Link, Lin
 
 def test_each_tick_sends_its_snapshot_record_events_and_dump_requests(ends: tuple[Link, Link], clock: FakeTime) -> None:
     link, daemon = ends
-    r = Rig(link, clock, rate_hz=30.0)  # the full status every 8 ticks (a quarter second, rounded)
+    r = Rig(link, clock, rate_hz=30.0)
     r.loop.events.drain()
     r.side.episode.tick(1.0, np.array([1.0]), None, None, "hold", False)
     r.side.episode.end()
@@ -494,23 +494,34 @@ def test_each_tick_sends_its_snapshot_record_events_and_dump_requests(ends: tupl
     r.side.after_tick(r.loop)
     [tick] = got(daemon)
     assert isinstance(tick, Tick) and tick.episode is None and tick.episode_end is False
-    for _ in range(5):
+    for _ in range(6):
         r.side.after_tick(r.loop)
-    assert [type(m) for m in got(daemon)] == [Tick] * 5
-    r.side.after_tick(r.loop)  # the eighth
-    tick, status = got(daemon)
-    assert isinstance(status, StatusMap) and status.status["mode"] == "idle"
-    assert status.status["link"] == {"dropped": 0, "refused": 0}
-    assert status.status["gc"] == r.side.collector.status()
+    assert [type(m) for m in got(daemon)] == [Tick] * 6  # the full status is never the tick's
     assert r.side.collector._ticks == 8  # a collection slot after every write
 
 
-@pytest.mark.parametrize(("rate_hz", "every"), [(8.0, 2), (30.0, 8), (1.0, 1), (100.0, 25)])
-def test_the_full_status_goes_about_every_quarter_second(
-    ends: tuple[Link, Link], clock: FakeTime, rate_hz: float, every: int
+def test_the_full_status_is_the_main_threads_built_from_what_the_loop_published(
+    ends: tuple[Link, Link], clock: FakeTime
 ) -> None:
+    link, daemon = ends
+    r = Rig(link, clock, rate_hz=30.0)
+    r.policy.on_gate(Blocked("stale:front", "stale observation stream: front", ("front",)))
+    r.side.send_status(r.loop)
+    [status] = got(daemon)
+    assert isinstance(status, StatusMap) and status.status["mode"] == "idle"
+    assert status.status["link"] == {"dropped": 0, "refused": 0}
+    assert status.status["gc"] == r.side.collector.status()
+    # the gate as the loop's last tick read it (none yet), not asked of the loop's feed from this thread
+    assert status.status["blocked"] == "" and status.status["stale_streams"] == []
+    r.policy.on_lost("silent")
+    r.side.send_status(r.loop)
+    assert got(daemon) == []  # the daemon is gone: nothing for it
+
+
+@pytest.mark.parametrize("rate_hz", [8.0, 30.0, 1.0, 100.0])
+def test_the_collector_runs_every_second_of_ticks(ends: tuple[Link, Link], clock: FakeTime, rate_hz: float) -> None:
     r = Rig(ends[0], clock, rate_hz=rate_hz)
-    assert r.side._status_every == every and r.side.collector._young_every == max(1, round(rate_hz))
+    assert r.side.collector._young_every == max(1, round(rate_hz))
 
 
 def test_nothing_is_sent_once_the_daemon_is_lost_and_the_events_stay_for_this_process(
@@ -540,14 +551,15 @@ def test_a_status_map_msgpack_cannot_carry_is_reported_once_and_the_ticks_go_on(
     ends: tuple[Link, Link], clock: FakeTime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     link, daemon = ends
-    r = Rig(link, clock, rate_hz=1.0)  # the status every tick
+    r = Rig(link, clock, rate_hz=1.0)
     r.loop.events.drain()
-    monkeypatch.setattr(r.loop, "status", lambda: {"odd": object()})
+    monkeypatch.setattr(r.loop, "status", lambda **kw: {"odd": object()})
     for _ in range(3):
+        r.side.send_status(r.loop)
         r.side.after_tick(r.loop)
     sent = got(daemon)
-    assert [type(m) for m in sent] == [Tick, Tick, LoopEvent, Tick]  # the event goes with the next tick
-    assert sent[2] == LoopEvent(
+    assert [type(m) for m in sent] == [Tick, LoopEvent, Tick, Tick]  # said once, with the next tick
+    assert sent[1] == LoopEvent(
         logging.ERROR, "arm: the status map could not be sent: can not serialize 'object' object"
     )
     assert r.loop.events.drain() == []
@@ -558,8 +570,8 @@ def test_a_status_with_an_integer_msgpack_cannot_carry_is_reported_and_the_ticks
 ) -> None:
     r = Rig(ends[0], clock, rate_hz=1.0)
     r.loop.events.drain()
-    monkeypatch.setattr(r.loop, "status", lambda: {"big": 1 << 70})
-    r.side.after_tick(r.loop)  # OverflowError from msgpack: out of the tick, it would end the loop
+    monkeypatch.setattr(r.loop, "status", lambda **kw: {"big": 1 << 70})
+    r.side.send_status(r.loop)  # OverflowError from msgpack: uncaught, it would end the main thread
     assert [(e.level, e.text()) for e in r.loop.events.drain()] == [
         (logging.ERROR, "arm: the status map could not be sent: Integer value out of range")
     ]
@@ -776,7 +788,7 @@ def test_a_start_from_the_daemon_runs_the_loop_on_the_chunks_it_sends(ends: tupl
     r.side.before_tick(loop)
     loop._tick(2, 0.0)
     assert loop.bus.writes()[-1]["a"] == 11.0  # type: ignore[attr-defined]
-    assert loop.controller.mailbox.take_command() is None
+    assert loop.mailbox.take_command() is None
 
 
 # --- the process's entry: its memory locked, its one argument ---------------------------------------------------

@@ -47,7 +47,7 @@ class Loop:
         self.names = ("shoulder", "elbow")
         self.rate_hz = 8.0
         self.period = 0.125
-        self.teleop = TeleopTarget(2, TeleopConfig(deadman_ms=200.0, session_timeout_ms=1000.0), self.period)
+        self.teleop = TeleopTarget(2, TeleopConfig(deadman_ms=200.0, session_timeout_ms=1000.0))
         self.events = EventLog()
         self.episodes: Episodes | None = None
         self.mode = Mode.IDLE

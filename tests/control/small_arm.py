@@ -110,7 +110,8 @@ class Bus:
         self.log: list[tuple[Any, ...]] = []
         self.read_errors: list[BaseException] = []
         self.write_errors: list[BaseException] = []
-        self.torque_errors: list[BaseException] = []
+        self.torque_errors: list[BaseException] = []  # raised by disable_torque
+        self.torque_on_errors: list[BaseException] = []
         self.write_takes = 0.0
         self.follow = False  # the joints go where they are told
 
@@ -144,8 +145,10 @@ class Bus:
             self.positions.update(goals)
         return dict(goals)
 
-    def enable_torque(self) -> None:
+    def torque_on(self) -> None:
         self.log.append(("torque", "on"))
+        if self.torque_on_errors:
+            raise self.torque_on_errors.pop(0)
 
     def disable_torque(self) -> None:
         self.log.append(("torque", "off"))
@@ -169,3 +172,102 @@ def at(*, a: float = P[0], b: float = P[1], g: float = P[2]) -> np.ndarray:
 
 def same(goal: Any, expected: np.ndarray) -> bool:
     return goal is not None and np.allclose(np.asarray(goal), expected, atol=1e-9)
+
+
+class Runner:
+    """Plays the runner for a bare :class:`~runtime.control.controller.Controller`, as
+    :class:`~runtime.control.loop.ControlLoop` does, with no bus and no thread: gathers each tick's
+    inputs (its mailbox, the chunks the feed's callbacks answered, the feed's gate and loss, the fresh
+    teleop target, at the clock's now), switches torque with ``torque`` as the decision says, takes the
+    decision's goal as written, hands the reading after the write to the feed as the decision asks and
+    moves the controller's events to ``events``."""
+
+    def __init__(self, controller: Any, feed: Any, torque: Any, clock: Any) -> None:
+        from runtime.control.controller import ChunkResult
+        from runtime.control.events import EventLog
+        from runtime.control.handoff import Latest
+        from runtime.control.mailbox import Mailbox
+        from runtime.control.target import TeleopTarget
+
+        self.c, self.feed, self.torque, self.clock = controller, feed, torque, clock
+        self.mailbox = Mailbox(clock)
+        self.results: Latest[ChunkResult] = Latest()
+        self.teleop = TeleopTarget(len(controller.names), controller.handover.config)
+        self.events = EventLog()
+        self.dumps: list[str] = []
+        self._latch: Any = None
+        self._chunk_result = ChunkResult
+
+    def inputs(self, now: float) -> Any:
+        from runtime.control.controller import Inputs
+
+        commands = []
+        while (command := self.mailbox.take_command()) is not None:
+            commands.append(command)
+            if type(command).__name__ == "Shutdown":
+                break
+        return Inputs(
+            self.mailbox.estop_requests(),
+            tuple(commands),
+            self.results.take(),
+            self.feed.blocked(now),
+            self.feed.lost(),
+            self.teleop.fresh(now),
+        )
+
+    def step(self, k: int, now: float, present: np.ndarray | None) -> Any:
+        """Tick ``k``'s decision, its torque switches carried out and its goal taken as written."""
+        inputs = self.inputs(now)
+        d = self.c.step(k, now, present, inputs)
+        self._latch = self.c.latch
+        self.mailbox.drop_estops(len(inputs.estops))
+        while d.torque:
+            self.dumps.extend(d.dumps)
+            if d.goal is not None:
+                self.c.written(d.goal)
+            d = self.c.torque_done(self.switch(d.torque))
+        self.dumps.extend(d.dumps)
+        if d.goal is not None:
+            self.c.written(d.goal)
+        self.c.events.move_to(self.events)
+        return d
+
+    def switch(self, what: str) -> str | None:
+        try:
+            if what == "on":
+                self.torque.enable_torque()
+            else:
+                self.torque.disable_torque()
+        except Exception as e:
+            return str(e)
+        return None
+
+    def after_read(self, d: Any, reading: np.ndarray | None, now: float) -> None:
+        """Hand ``reading`` to the feed if ``d`` asked, as the runner does after its read."""
+        ask = d.ask
+        if ask is None or reading is None:
+            return
+        state = reading.astype(np.float32)
+        if not ask.chunk:
+            self.feed.observe(state, reset=ask.reset)
+            self.c.asked(ask, True, now)
+            return
+        results, make, gen, k = self.results, self._chunk_result, ask.gen, ask.k
+
+        def done(actions: Any, error: Any) -> None:
+            results.put(make(gen, k, actions, error))
+
+        self.c.asked(ask, self.feed.submit(state, done, reset=ask.reset, prefix=ask.prefix), now)
+        self.c.events.move_to(self.events)
+
+    @property
+    def estop(self) -> Any:
+        from runtime.control.mailbox import newest_latch
+
+        return newest_latch(self.mailbox.pending_estop(), self._latch)
+
+    def fault(self, reason: str | None) -> None:
+        """A servo fault's or a bus failure's e-stop, latched as the runner does."""
+        if reason is not None and self.estop is None:
+            self.mailbox.estop(reason)
+        self.c.events.move_to(self.events)

@@ -3,7 +3,8 @@ a rest and a shutdown do to the goal the runner writes, to the mode, to the coun
 operator reads in the log.
 
 No bus, no thread, no export: the small arm of ``small_arm.py`` (a manifest made in code, stand-ins for
-the policy's feed, a clock the test moves) and a stand-in for the torque switch. Goals may lead
+the policy's feed, a clock the test moves, its ``Runner`` playing the runner's part) and a stand-in for
+the torque switch. Goals may lead
 the present position by 4 per tick, the step may change by 10 per tick (so the acceleration bound stays
 out of the way unless a test asks for it), a chunk's first executed step may be 10 from the present
 position, the loop runs at 10 Hz and a rest moves 2 per tick (20 per second).
@@ -22,15 +23,13 @@ import pytest
 from drivers.errors import BusError, ServoFaultError
 from runtime.control.config import ControlConfig, SafetyConfig
 from runtime.control.controller import ChunkResult, Controller, Decision
-from runtime.control.events import EventLog
 from runtime.control.feed import Blocked
-from runtime.control.latch import ControlRefused, StaleLatch
 from runtime.control.mailbox import Release, Shutdown, Start, Stop, TakeOver
 from runtime.control.mode import Mode, Source
 from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 
-from .small_arm import CAL, CHUNK, JOINTS, Clock, Feed, P, at, manifest, rows, same
+from .small_arm import CAL, CHUNK, JOINTS, Clock, Feed, P, Runner, at, manifest, rows, same
 
 SAFETY: dict[str, Any] = {
     "max_step_deg": 4.0,
@@ -89,28 +88,50 @@ class Rig:
             CAL,
             manifest(chunk=chunk, history=history),
             self.config,
-            self.feed,
-            self.torque,
-            events=EventLog(),
-            clock=self.clock,
             teleop=teleop if teleop is not None else TeleopConfig(),
             period=0.1,
         )
+        self.runner = Runner(self.c, self.feed, self.torque, self.clock)
+        self.mailbox, self.results, self.teleop = self.runner.mailbox, self.runner.results, self.runner.teleop
+        self.dumps = self.runner.dumps
         self.k = 0
 
     def tick(self, present: np.ndarray | None = P, read: Any = _SAME) -> Decision:
         """One tick as the runner makes it: decide, write the goal, read the joints again (the same pose
         unless ``read`` says otherwise), hand the reading to the policy if the step wanted it."""
         self.k += 1
-        d = self.c.step(self.k, self.clock.now, present)
-        if d.goal is not None:
-            self.c.written(d.goal)
-        self.c.observe_now(present if read is _SAME else read)
+        d = self.step(self.k, present)
+        reading = present if read is _SAME else read
+        if reading is not None:
+            self.c.read_ok(reading)
+        self.runner.after_read(d, reading, self.clock.now)
         return d
 
+    def step(self, k: int, present: np.ndarray | None, now: float | None = None) -> Decision:
+        return self.runner.step(k, self.clock.now if now is None else now, present)
+
     def command(self, command: Any, present: np.ndarray | None = P) -> Decision:
-        self.c.mailbox.post(command)
+        self.mailbox.post(command)
         return self.tick(present)
+
+    @property
+    def estop(self) -> Any:
+        return self.runner.estop
+
+    @property
+    def estop_reason(self) -> str | None:
+        latch = self.runner.estop
+        return latch.reason if latch is not None else None
+
+    def servo_fault(self, error: BusError) -> None:
+        self.runner.fault(self.c.servo_fault(error))
+
+    def bus_failed(self, what: str, error: BusError) -> None:
+        self.runner.fault(self.c.bus_failed(what, error))
+
+    def end_with_torque_off(self) -> None:
+        self.c.end_with_torque_off(self.runner.switch("off"))
+        self.c.events.move_to(self.runner.events)
 
     def start(self, present: np.ndarray = P) -> Decision:
         d = self.command(Start("op"), present)
@@ -121,14 +142,16 @@ class Rig:
         self.feed.callbacks[n](actions, error)
 
     def said(self) -> list[tuple[int, str]]:
-        return [(e.level, e.text()) for e in self.c.events.drain()]
+        self.c.events.move_to(self.runner.events)
+        return [(e.level, e.text()) for e in self.runner.events.drain()]
 
 
 # --- made from the manifest and the config --------------------------------------------------------
 
 
 def test_a_new_controller_is_idle_with_nothing_latched_measured_or_planned() -> None:
-    c = Rig().c
+    r = Rig()
+    c = r.c
     assert c.mode is Mode.IDLE and c.source is Source.HOLD
     assert (c.latch, c.latches_taken, c.intervention, c.last_teleop_seq, c.arm_error, c.hold_goal) == (
         None,
@@ -140,10 +163,9 @@ def test_a_new_controller_is_idle_with_nothing_latched_measured_or_planned() -> 
     )
     assert c.intervention is False and c.torque_ok is True
     assert math.isnan(c.last_latency_ticks) and c.latencies_measured == 0
-    assert c.latency_ring.shape == (256,) and np.isnan(c.latency_ring).all()
-    assert c.estop is None and c.estop_reason is None
-    assert not c.counters and not c.dump_requests
-    assert c.result.take() is None
+    assert c.inference_delay() == 0
+    assert r.estop is None and r.estop_reason is None
+    assert not c.counters and not r.dumps
 
 
 @pytest.mark.parametrize(
@@ -166,16 +188,12 @@ def test_the_action_queue_holds_four_chunks_with_the_configured_aggregation() ->
         CAL,
         manifest(),
         config,
-        Feed(),
-        Torque(),
-        events=EventLog(),
-        clock=Clock(),
         teleop=TeleopConfig(),
         period=0.1,
     )
     assert (c.queue.size, c.queue.aggregate, c.queue.coeff) == (16, "temporal_ensemble", 0.3)
     assert c._stalled.timeout_s == config.safety.stall_timeout_s == 2.0
-    assert c.teleop.deadman_s == 0.2 and c.teleop._step == pytest.approx(3.0)  # 30 deg/s at 10 Hz
+    assert c.handover.config.deadman_ms == 200.0 and c.handover._step == pytest.approx(3.0)  # 30 deg/s at 10 Hz
 
 
 def test_a_policy_without_exactly_one_state_input_is_refused_when_the_controller_is_made() -> None:
@@ -186,10 +204,6 @@ def test_a_policy_without_exactly_one_state_input_is_refused_when_the_controller
             CAL,
             manifest(state=False),
             config,
-            Feed(),
-            Torque(),
-            events=EventLog(),
-            clock=Clock(),
             teleop=TeleopConfig(),
             period=0.1,
         )
@@ -217,7 +231,7 @@ def test_a_start_turns_torque_on_holds_the_present_pose_and_asks_from_the_fresh_
     r = Rig()
     assert r.tick().goal is None and r.c.mode is Mode.IDLE  # idle: nothing to write
     fresh = at(a=11.0)
-    r.c.mailbox.post(Start("op"))
+    r.mailbox.post(Start("op"))
     d = r.tick(P, read=fresh)
     assert r.torque.calls == ["on"] and r.c.mode is Mode.RUNNING and r.c.source is Source.POLICY
     assert same(d.goal, P) and d.requested is None and d.shutdown is False
@@ -279,7 +293,7 @@ def test_the_chunk_is_followed_from_the_tick_after_its_observation_within_the_en
     r.answer(rows(1.0, 2.0, 3.0, 6.0))  # for ticks 1..4
     d = r.tick()  # tick 2: tick 1's action is past
     assert same(d.requested, at(a=12.0)) and same(d.goal, at(a=12.0))
-    assert r.c.last_latency_ticks == 1.0 and r.c.latencies_measured == 1 and r.c.latency_ring[0] == 1.0
+    assert r.c.last_latency_ticks == 1.0 and r.c.latencies_measured == 1 and r.c.inference_delay() == 1
     assert r.c.queue.dropped == 1 and r.c._plan.got_first is True
     # two actions are left for ticks 3 and 4, which is the refill point: tick 2 asks for the next chunk
     assert len(r.feed.submitted) == 2 and r.feed.submitted[1][1] is False
@@ -359,7 +373,7 @@ def test_a_chunk_two_ticks_late_starts_two_actions_in() -> None:
     assert same(d.goal, at(a=11.0)) and r.c.last_latency_ticks == 2.0 and r.c.queue.dropped == 2
 
 
-def test_every_chunk_measured_lands_in_the_latency_ring_in_order() -> None:
+def test_every_chunk_measured_lands_in_the_delay_window_in_order() -> None:
     r = Rig()
     r.start()
     r.answer(rows(1.0, 2.0, 3.0, 4.0))
@@ -368,7 +382,7 @@ def test_every_chunk_measured_lands_in_the_latency_ring_in_order() -> None:
     r.answer(rows(3.0, 3.0, 3.0, 3.0))  # the answer to tick 2's ask, merged at tick 4
     r.tick()
     assert r.c.latencies_measured == 2 and r.c.last_latency_ticks == 2.0 and r.c.counters["chunks"] == 2
-    assert list(r.c.latency_ring[:2]) == [1.0, 2.0] and np.isnan(r.c.latency_ring[2:]).all()
+    assert list(r.c._recent) == [1, 2] and r.c.inference_delay() == 2
 
 
 def test_a_chunk_asked_for_before_a_stop_is_discarded_and_the_next_run_asks_anew() -> None:
@@ -486,7 +500,7 @@ def test_the_first_observation_of_a_run_starts_the_history_whichever_call_hands_
 
 def test_a_failed_read_after_the_write_asks_at_the_next_tick() -> None:
     r = Rig()
-    r.c.mailbox.post(Start("op"))
+    r.mailbox.post(Start("op"))
     r.tick(P, read=None)
     assert r.feed.submitted == [] and r.c._plan.inflight_since is None
     r.tick()
@@ -524,7 +538,7 @@ def test_a_stop_while_idle_or_estopped_changes_nothing() -> None:
     assert r.c.mode is Mode.IDLE and d.goal is None and r.c.hold_goal is None
     assert r.said() == [(INFO, "control: motion stopped, holding (asked by ?)")]
     r.start()
-    r.c.mailbox.estop("button")
+    r.mailbox.estop("button")
     r.tick()
     r.command(Stop("op"))
     assert r.c.mode is Mode.ESTOPPED
@@ -563,15 +577,15 @@ def test_an_estop_while_running_holds_the_present_pose_in_the_tick_it_is_taken()
     r.answer(rows(1.0, 2.0, 3.0, 4.0))
     r.tick()
     gen = r.c._plan.gen
-    latch = r.c.mailbox.estop("button")
-    assert r.c.estop == latch and r.c.estop_reason == "button"  # pending, already the e-stop in effect
+    latch = r.mailbox.estop("button")
+    assert r.estop == latch and r.estop_reason == "button"  # pending, already the e-stop in effect
     r.said()
     r.clock.now += 0.25
     d = r.tick(at(a=12.5))
     assert r.c.mode is Mode.ESTOPPED and r.c.latch == latch and r.c.latches_taken == 1
     assert same(d.goal, at(a=12.5)) and same(r.c.hold_goal, at(a=12.5)) and d.requested is None
     assert r.c._plan.gen == gen + 1 and r.c.queue.depth(0) == 0
-    assert r.c.counters["estops"] == 1 and list(r.c.dump_requests) == ["estop"]
+    assert r.c.counters["estops"] == 1 and list(r.dumps) == ["estop"]
     assert r.said() == [
         (
             ERROR,
@@ -579,14 +593,14 @@ def test_an_estop_while_running_holds_the_present_pose_in_the_tick_it_is_taken()
             f"(mode was running); {RELEASE_HINT}",
         )
     ]
-    assert r.c.mailbox.pending_estop() is None and r.c.estop == latch
+    assert r.mailbox.pending_estop() is None and r.estop == latch
     assert r.tick().goal is None  # latched: nothing more is written
 
 
 def test_an_estop_in_a_tick_whose_read_failed_holds_the_last_reading() -> None:
     r = Rig()
     r.start(present=at(a=3.0))
-    r.c.mailbox.estop("button")
+    r.mailbox.estop("button")
     d = r.tick(None)
     assert same(d.goal, at(a=3.0))
 
@@ -594,21 +608,21 @@ def test_an_estop_in_a_tick_whose_read_failed_holds_the_last_reading() -> None:
 def test_an_estop_while_idle_writes_nothing_and_its_release_leaves_the_arm_idle() -> None:
     r = Rig()
     r.tick()
-    latch = r.c.mailbox.estop("button")
+    latch = r.mailbox.estop("button")
     d = r.tick()
     assert r.c.mode is Mode.ESTOPPED and d.goal is None and r.c.hold_goal is None and r.torque.calls == []
     assert r.said() == [
         (ERROR, f"E-STOP latched (latch 1): button; arm idle 0.0 ms after the request (mode was idle); {RELEASE_HINT}")
     ]
     r.command(Release("op", latch.id))
-    assert r.c.mode is Mode.IDLE and r.c.latch is None and r.c.estop is None
+    assert r.c.mode is Mode.IDLE and r.c.latch is None and r.estop is None
     assert r.said() == [(WARNING, "control: e-stop latch 1 released by op; arm idle")]
 
 
 def test_an_estop_with_torque_off_turns_torque_off_and_its_release_leaves_the_arm_idle() -> None:
     r = Rig(estop_action="torque_off")
     r.start()
-    latch = r.c.mailbox.estop("button")
+    latch = r.mailbox.estop("button")
     r.said()
     d = r.tick()
     assert r.c.mode is Mode.ESTOPPED and d.goal is None and r.torque.calls == ["on", "off"]
@@ -624,7 +638,7 @@ def test_an_estop_with_torque_off_turns_torque_off_and_its_release_leaves_the_ar
     assert r.said() == [(WARNING, "control: e-stop latch 1 released by ?; arm idle")]
     r.command(Start("op"))  # from idle: torque on again
     assert r.c.mode is Mode.RUNNING and r.torque.calls == ["on", "off", "on"]
-    r.c.mailbox.estop("again")
+    r.mailbox.estop("again")
     r.tick()
     assert r.torque.calls == ["on", "off", "on", "off"] and r.c.counters["torque_offs"] == 2
 
@@ -633,14 +647,14 @@ def test_a_torque_off_that_fails_is_critical_and_remembered_and_the_release_stil
     r = Rig(estop_action="torque_off")
     r.start()
     r.torque.failing.add("off")
-    latch = r.c.mailbox.estop("button")
+    latch = r.mailbox.estop("button")
     r.said()
     r.tick()
     assert r.c.torque_ok is False and "torque_offs" not in r.c.counters
     assert same(r.c.hold_goal, P)  # the priming hold before the e-stop: the servos may still hold it
-    said = r.said()
-    assert said[0] == (CRITICAL, "control: torque off FAILED: torque off: no reply; check the arm by hand")
-    assert said[1][0] == ERROR and said[1][1].startswith("E-STOP latched (latch 1): button; torque off")
+    said = r.said()  # the latch is taken, then the runner's torque off fails
+    assert said[0][0] == ERROR and said[0][1].startswith("E-STOP latched (latch 1): button; torque off")
+    assert said[1] == (CRITICAL, "control: torque off FAILED: torque off: no reply; check the arm by hand")
     r.command(Release("op", latch.id))
     assert r.c.mode is Mode.IDLE  # torque_off e-stops never release into a hold
 
@@ -648,16 +662,16 @@ def test_a_torque_off_that_fails_is_critical_and_remembered_and_the_release_stil
 def test_an_estop_latched_again_only_makes_the_older_release_stale() -> None:
     r = Rig()
     r.start()
-    first = r.c.mailbox.estop("first")
+    first = r.mailbox.estop("first")
     r.tick()
     hold = r.c.hold_goal
     r.said()
     r.clock.now += 0.5
-    second = r.c.mailbox.estop("second")
+    second = r.mailbox.estop("second")
     r.clock.now += 0.1
     d = r.tick(at(a=20.0))
     assert d.goal is None and r.c.latch == second and r.c.latches_taken == 2 and same(r.c.hold_goal, hold)
-    assert r.c.counters["estops"] == 2 and list(r.c.dump_requests) == ["estop"]
+    assert r.c.counters["estops"] == 2 and list(r.dumps) == ["estop"]
     assert r.said() == [(ERROR, f"E-STOP latched again (latch 2): second; 100.0 ms after the request; {RELEASE_HINT}")]
     r.command(Release("op", first.id))
     assert r.c.mode is Mode.ESTOPPED
@@ -674,7 +688,7 @@ def test_an_estop_latched_again_only_makes_the_older_release_stale() -> None:
 
 def test_a_start_or_teleop_while_latched_is_refused_naming_the_latch() -> None:
     r = Rig()
-    r.c.mailbox.estop("button")
+    r.mailbox.estop("button")
     r.tick()
     r.said()
     r.command(Start("op"))
@@ -700,13 +714,13 @@ def test_a_servo_fault_latches_an_estop_naming_it_once_while_it_lasts() -> None:
     r = Rig()
     r.start()
     fault = ServoFaultError("a", 1, ("overload",), 0x20)
-    r.c.servo_fault(fault)
+    r.servo_fault(fault)
     assert r.c.counters["servo_faults"] == 1 and r.c.arm_error == str(fault)
-    assert r.c.estop_reason == f"servo fault: {fault}"
+    assert r.estop_reason == f"servo fault: {fault}"
     r.tick()
     assert r.c.mode is Mode.ESTOPPED
-    r.c.servo_fault(fault)  # the same fault on the next read: no new latch to release
-    assert r.c.counters["servo_faults"] == 2 and r.c.mailbox.pending_estop() is None
+    r.servo_fault(fault)  # the same fault on the next read: no new latch to release
+    assert r.c.counters["servo_faults"] == 2 and r.mailbox.pending_estop() is None
     r.tick()
     assert r.c.latches_taken == 1
 
@@ -714,63 +728,44 @@ def test_a_servo_fault_latches_an_estop_naming_it_once_while_it_lasts() -> None:
 def test_bus_failures_in_a_row_latch_an_estop_and_a_good_read_starts_the_count_over() -> None:
     r = Rig()
     e = BusError("no reply from servo 2")
-    r.c.bus_failed("read", e)
-    r.c.bus_failed("read", e)
-    assert r.c.estop is None and r.c.arm_error == "no reply from servo 2"
-    r.c.read_ok()
+    r.bus_failed("read", e)
+    r.bus_failed("read", e)
+    assert r.estop is None and r.c.arm_error == "no reply from servo 2"
+    r.c.read_ok(P)
     assert r.c.arm_error == ""
-    r.c.bus_failed("write", e)
-    r.c.bus_failed("read", e)
-    assert r.c.estop is None
-    r.c.bus_failed("read", e)
-    assert r.c.estop_reason == "3 bus failures in a row (last: no reply from servo 2)"
+    r.bus_failed("write", e)
+    r.bus_failed("read", e)
+    assert r.estop is None
+    r.bus_failed("read", e)
+    assert r.estop_reason == "3 bus failures in a row (last: no reply from servo 2)"
     assert r.c.counters == Counter({"bus_read_failures": 4, "bus_write_failures": 1})
     # the first of each run is logged, not every one
     assert r.said() == [
         (ERROR, "control: arm read failed: no reply from servo 2"),
         (ERROR, "control: arm write failed: no reply from servo 2"),
     ]
-    r.c.bus_failed("read", e)  # a latch is pending: no second one
+    r.bus_failed("read", e)  # a latch is pending: no second one
     r.tick(None)
     assert r.c.latches_taken == 1
 
 
 def test_one_bus_failure_latches_when_the_limit_is_one() -> None:
     r = Rig(max_bus_failures=1)
-    r.c.bus_failed("read", BusError("gone"))
-    assert r.c.estop_reason == "1 bus failures in a row (last: gone)"
+    r.bus_failed("read", BusError("gone"))
+    assert r.estop_reason == "1 bus failures in a row (last: gone)"
 
 
 def test_a_start_or_teleop_is_refused_while_the_arm_is_failing() -> None:
     r = Rig()
-    r.c.bus_failed("read", BusError("gone"))
+    r.bus_failed("read", BusError("gone"))
     r.said()
-    r.command(Start("op"))
-    r.command(TakeOver("st"))
+    r.mailbox.post(Start("op"))
+    r.command(TakeOver("st"))  # both in the tick after the failure, before a good read
     assert r.c.mode is Mode.IDLE
     assert r.said() == [
         (WARNING, "control start (asked by op) refused: the arm is failing: gone"),
         (WARNING, "control teleop (asked by st) refused: the arm is failing: gone"),
     ]
-
-
-# --- checks from other threads ----------------------------------------------------------------------
-
-
-def test_only_a_start_asks_whether_the_policy_is_blocked() -> None:
-    r = Rig()
-    r.feed.gate = Blocked("untrusted", "policy not trusted: self-check failed")
-    r.clock.now = 123.0
-    with pytest.raises(ControlRefused, match=r"^policy not trusted: self-check failed$"):
-        r.c.check("start")
-    assert r.feed.blocked_at == [123.0]
-    r.c.check("teleop")
-    r.c.check("stop")
-    assert r.feed.blocked_at == [123.0]
-    latch = r.c.mailbox.estop("button")
-    with pytest.raises(StaleLatch):
-        r.c.check("release", latch.id + 1)
-    r.c.check("release", latch.id)
 
 
 # --- stalls: blocked, starved, deadman ------------------------------------------------------------------
@@ -822,7 +817,7 @@ def test_the_stall_action_comes_once_after_the_timeout(action: str) -> None:
     r.said()
     r.clock.now += 0.1
     d = r.tick()
-    assert r.c.counters["stall_actions"] == 1 and list(r.c.dump_requests) == [f"stall {action}"]
+    assert r.c.counters["stall_actions"] == 1 and list(r.dumps) == [f"stall {action}"]
     assert r.said()[0] == (ERROR, f"control: stalled 1.10 s (policy not trusted: x): {action}")
     if action == "hold":
         assert r.c.mode is Mode.RUNNING and same(d.goal, at(a=12.0))
@@ -873,13 +868,13 @@ def test_a_take_over_from_idle_turns_torque_on_and_holds_until_a_target_comes() 
     r = Rig()
     d = r.command(TakeOver("st"))
     assert r.torque.calls == ["on"] and r.c.mode is Mode.TELEOP and r.c.source is Source.TELEOP
-    assert r.c.intervention is False and r.c.teleop.phase == "handover" and r.c.counters["takeovers"] == 1
+    assert r.c.intervention is False and r.c.handover.phase == "handover" and r.c.counters["takeovers"] == 1
     assert same(d.goal, P) and r.c.counters["deadman_ticks"] == 1
     assert r.said() == [
         (INFO, "control: source teleop (was idle), move hand-over (asked by st)"),
         (WARNING, "control: holding the last safe goal: deadman: no teleop target for more than 200 ms"),
     ]
-    r.c.teleop.put(1, at(a=20.0), r.clock.now)
+    r.teleop.put(1, at(a=20.0), r.clock.now)
     d = r.tick()  # the hand-over moves 3 per tick (30 deg/s) from the last goal
     assert same(d.requested, at(a=13.0)) and same(d.goal, at(a=13.0)) and r.c.last_teleop_seq == 1
     assert r.said() == [(INFO, "control: moving again after 0.00 s (deadman: no teleop target for more than 200 ms)")]
@@ -902,7 +897,7 @@ def test_a_take_over_from_a_running_policy_starts_from_the_last_goal_and_is_an_i
     r.start()
     r.answer(rows(1.0, 2.0, 3.0, 4.0))
     r.tick()  # a = 12 written, the next chunk asked for
-    r.c.teleop.put(1, at(a=20.0), r.clock.now)
+    r.teleop.put(1, at(a=20.0), r.clock.now)
     r.said()
     d = r.command(TakeOver("st"), present=at(a=10.0))  # the arm lags its goal
     assert r.c.mode is Mode.TELEOP and r.c.intervention is True and r.torque.calls == ["on"]
@@ -928,7 +923,7 @@ def test_a_take_over_from_a_hold_starts_from_where_the_arm_is() -> None:
     r.tick()  # a = 12
     r.command(Stop("op"), present=at(a=12.0))
     r.tick(at(a=11.0))  # the arm sags below the hold
-    r.c.teleop.put(1, at(a=20.0), r.clock.now)
+    r.teleop.put(1, at(a=20.0), r.clock.now)
     d = r.command(TakeOver("st"), present=at(a=11.0))
     assert r.c.intervention is False and same(d.requested, at(a=14.0)) and same(d.goal, at(a=14.0))
 
@@ -936,12 +931,12 @@ def test_a_take_over_from_a_hold_starts_from_where_the_arm_is() -> None:
 def test_a_second_take_over_changes_nothing() -> None:
     r = Rig()
     r.command(TakeOver("st"))
-    r.c.teleop.put(1, at(a=11.0), r.clock.now)
+    r.teleop.put(1, at(a=11.0), r.clock.now)
     r.tick()
-    assert r.c.teleop.phase == "tracking"
+    assert r.c.handover.phase == "tracking"
     r.said()
     r.command(TakeOver("st"))
-    assert r.c.teleop.phase == "tracking" and r.c.counters["takeovers"] == 1 and r.torque.calls == ["on"]
+    assert r.c.handover.phase == "tracking" and r.c.counters["takeovers"] == 1 and r.torque.calls == ["on"]
     assert r.said() == []
 
 
@@ -964,7 +959,7 @@ def test_a_take_over_is_not_refused_by_a_blocked_policy() -> None:
 def test_teleop_holds_when_the_daemon_is_lost_whatever_target_it_left() -> None:
     r = Rig()
     r.command(TakeOver("st"))
-    r.c.teleop.put(1, at(a=13.0), r.clock.now)
+    r.teleop.put(1, at(a=13.0), r.clock.now)
     r.said()
     r.feed.gone = "the daemon's process is gone"
     d = r.tick()
@@ -1053,19 +1048,19 @@ def test_a_rest_starts_from_the_last_goal_written() -> None:
 def test_a_shutdown_is_taken_before_the_commands_after_it() -> None:
     r = Rig()
     r.start()
-    r.c.mailbox.post(Shutdown())
-    r.c.mailbox.post(Stop("op"))
-    d = r.c.step(2, r.clock.now, P)
+    r.mailbox.post(Shutdown())
+    r.mailbox.post(Stop("op"))
+    d = r.step(2, P)
     assert d.shutdown is True and d.goal is None and d.requested is None and r.c.mode is Mode.RUNNING
-    assert r.c.mailbox.take_command() == Stop("op")
+    assert r.mailbox.take_command() == Stop("op")
 
 
 def test_a_shutdown_in_the_tick_of_an_estop_carries_its_hold() -> None:
     r = Rig()
     r.start()
-    r.c.mailbox.estop("button")
-    r.c.mailbox.post(Shutdown())
-    d = r.c.step(2, r.clock.now, at(a=11.0))
+    r.mailbox.estop("button")
+    r.mailbox.post(Shutdown())
+    d = r.step(2, at(a=11.0))
     assert d.shutdown is True and same(d.goal, at(a=11.0)) and r.c.mode is Mode.ESTOPPED
 
 
@@ -1075,7 +1070,7 @@ def test_a_shutdown_while_running_holds_where_the_arm_was_last_read_then_turns_t
     r.tick(P, read=at(a=12.0))  # the newest reading, after this tick's write
     held, then = r.c.begin_shutdown()
     assert same(held, at(a=12.0)) and then == "torque_off" and r.c.mode is Mode.HOLDING
-    r.c.end_with_torque_off()
+    r.end_with_torque_off()
     assert r.c.mode is Mode.IDLE and r.torque.calls == ["on", "off"] and r.c.counters["torque_offs"] == 1
 
 
@@ -1110,7 +1105,7 @@ def test_a_shutdown_while_idle_or_estopped_writes_nothing_and_leaves_torque_alon
     r = Rig(shutdown_action=action)
     assert r.c.begin_shutdown() == (None, "") and r.c.mode is Mode.IDLE
     r.start()
-    r.c.mailbox.estop("button")
+    r.mailbox.estop("button")
     r.tick()
     assert r.c.begin_shutdown() == (None, "") and r.c.mode is Mode.ESTOPPED and r.torque.calls == ["on"]
 
@@ -1128,7 +1123,7 @@ def test_a_chunk_result_names_the_plan_and_the_tick_of_its_observation() -> None
     r = Rig()
     r.start()
     r.answer(rows(1.0, 2.0, 3.0, 4.0))
-    result = r.c.result.take()
+    result = r.results.take()
     assert isinstance(result, ChunkResult)
     assert (result.gen, result.obs_tick, result.error) == (r.c._plan.gen, 1, None)
 
@@ -1136,12 +1131,12 @@ def test_a_chunk_result_names_the_plan_and_the_tick_of_its_observation() -> None
 def test_a_wait_hand_over_holds_until_the_leader_is_brought_to_the_follower() -> None:
     r = Rig(teleop=TeleopConfig(handover="wait", handover_tolerance_deg=5.0))
     r.command(TakeOver("st"))
-    r.c.teleop.put(1, at(a=20.0), r.clock.now)
+    r.teleop.put(1, at(a=20.0), r.clock.now)
     d = r.tick()  # 10 from the follower: the follower holds
-    assert same(d.requested, P) and same(d.goal, P) and r.c.teleop.phase == "handover"
-    r.c.teleop.put(2, at(a=14.0), r.clock.now)
+    assert same(d.requested, P) and same(d.goal, P) and r.c.handover.phase == "handover"
+    r.teleop.put(2, at(a=14.0), r.clock.now)
     d = r.tick()  # within 5 of where the follower is: tracking from here
-    assert same(d.requested, at(a=14.0)) and same(d.goal, at(a=14.0)) and r.c.teleop.phase == "tracking"
+    assert same(d.requested, at(a=14.0)) and same(d.goal, at(a=14.0)) and r.c.handover.phase == "tracking"
 
 
 def test_every_discarded_chunk_is_counted() -> None:
@@ -1171,14 +1166,14 @@ def test_each_stall_takes_its_action_once() -> None:
     assert r.tick().requested is None and r.c.counters["starved"] == 1
     r.clock.now += 1.5
     r.tick()
-    assert r.c.counters["stall_actions"] == 2 and list(r.c.dump_requests) == ["stall hold", "stall hold"]
+    assert r.c.counters["stall_actions"] == 2 and list(r.dumps) == ["stall hold", "stall hold"]
 
 
 def test_the_policy_is_asked_whether_it_is_blocked_at_the_ticks_time() -> None:
     r = Rig()
     r.start()
     r.clock.now = 100.5
-    r.c.step(2, 100.4, P)  # the runner's time for the tick, not the clock's now
+    r.step(2, P, now=100.4)  # the runner's time for the tick, not the clock's now
     assert r.feed.blocked_at[-1] == 100.4
 
 
@@ -1189,17 +1184,9 @@ def test_the_runners_hold_of_an_idle_arm_has_nothing_to_write_and_it_stays_idle(
     assert r.c.hold_present() is None and r.c.mode is Mode.IDLE and r.c.hold_goal is None
 
 
-def test_a_release_naming_no_latch_is_stale() -> None:
-    r = Rig()
-    r.c.mailbox.estop("button")
-    r.tick()
-    with pytest.raises(StaleLatch):
-        r.c.check("release")
-
-
 def test_a_refusal_without_a_name_says_so() -> None:
     r = Rig()
-    r.c.mailbox.estop("button")
+    r.mailbox.estop("button")
     r.tick()
     r.said()
     r.command(Start(""))
@@ -1214,6 +1201,6 @@ def test_a_refusal_without_a_name_says_so() -> None:
 
 def test_a_take_over_from_idle_with_the_stations_targets_already_coming_steps_from_where_the_arm_is() -> None:
     r = Rig()
-    r.c.teleop.put(1, at(a=20.0), r.clock.now)  # a station streams before it asks to take over
+    r.teleop.put(1, at(a=20.0), r.clock.now)  # a station streams before it asks to take over
     d = r.command(TakeOver("st"))
     assert same(d.requested, at(a=13.0)) and same(d.goal, at(a=13.0)) and r.c.counters["deadman_ticks"] == 0

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from drivers.errors import BusError, ServoFaultError
 from runtime.control import loop as loop_module
 from runtime.control.config import ControlConfig, SafetyConfig
 from runtime.control.feed import Blocked
-from runtime.control.latch import ControlRefused, Latch
+from runtime.control.latch import ControlRefused, Latch, StaleLatch
 from runtime.control.loop import SHUTDOWN_REST_LIMIT_S, ControlLoop, joint_name
 from runtime.control.mailbox import Release, Shutdown, Start, Stop, TakeOver
 from runtime.control.mode import Mode, Source
@@ -175,7 +176,7 @@ def test_a_new_loop_has_not_started() -> None:
     assert loop.alive is False and loop.death is None and loop.pid == os.getpid()
     assert loop.stalled_for(1e9) == 0.0
     assert loop.shutdown() is True and loop.shutdown_ok is True
-    assert loop.teleop is loop.controller.teleop and loop.dump_requests is loop.controller.dump_requests
+    assert loop.teleop.received == 0 and not loop.dump_requests
     assert loop.teleop.config == TeleopConfig() and loop.episodes is None
     assert loop.controller.names == JOINTS and loop.controller.config is r.config
     assert loop.recorder.joints == JOINTS and loop.recorder.rate_hz == 8.0
@@ -191,7 +192,7 @@ def test_a_teleop_config_given_is_the_controllers() -> None:
 
 def test_requests_by_word_or_command_go_to_the_mailbox() -> None:
     loop = Rig().loop
-    box = loop.controller.mailbox
+    box = loop.mailbox
     loop.request("start", "op")
     loop.request("release", "op", 3)
     loop.request(Stop("st"))
@@ -234,13 +235,62 @@ def test_each_tick_writes_what_it_decided_from_the_reading_after_the_last_write_
     r = Rig(3, {1: start, 3: push})
     r.run()
     log = [e[0] if e[0] != "torque" else f"torque {e[1]}" for e in r.bus.log]
-    # the first reading before the first tick, then each tick: decide, write, read
-    assert log == ["read", "torque on", "write", "read", "write", "read", "write", "read"]
+    # the first reading before the first tick, then each tick: decide, write, read; the start writes its
+    # hold (where the arm is) before torque goes on
+    assert log == ["read", "write", "torque on", "read", "write", "read", "write", "read"]
     times = [e[1] for e in r.bus.log if e[0] in ("read", "write")]
     assert times == [100.0, 100.125, 100.125, 100.25, 100.25, 100.375, 100.375]
     # tick 3 holds where the arm was read after tick 2's write, not where the push left it
     assert goals(r)[-1] == [10.0, -5.0, 40.0]
     assert list(r.loop.snapshot().present) == [13.0, -5.0, 40.0]
+
+
+def test_torque_comes_on_over_a_hold_the_envelope_made_of_the_present_pose() -> None:
+    r = Rig(1, {1: start}, soft_limits={"a": (-90.0, 8.0)})  # the arm is at a = 10, past its soft limit
+    made: list[Any] = []
+    envelope = r.loop.controller.envelope
+    hold_goal = envelope.hold_goal
+
+    def recorded(goal: Any, present: Any) -> Any:
+        made.append(hold_goal(goal, present))
+        return made[-1]
+
+    envelope.hold_goal = recorded  # type: ignore[method-assign]
+    r.run()
+    entries = [e for e in r.bus.log if e[0] != "read"]
+    assert entries[0][0] == "write" and entries[1] == ("torque", "on")  # the hold, then torque
+    written = [entries[0][2][n] for n in JOINTS]
+    # the envelope's hold of the present pose: inside the limits, within max_step of where the arm is
+    assert made and written == list(made[0]) and written == [8.0, P[1], P[2]]
+    assert r.loop.controller.mode is Mode.RUNNING
+
+
+@pytest.mark.parametrize(("command", "word"), [("start", "start"), ("teleop", "teleop")])
+def test_a_start_or_take_over_whose_torque_does_not_come_on_is_refused(command: str, word: str) -> None:
+    r = Rig(2, {1: lambda loop: loop.request(command, "op")})
+    r.bus.torque_on_errors.append(BusError("no reply from servo 2"))
+    loop = r.run()
+    assert loop.controller.mode is Mode.IDLE and "starts" not in loop.controller.counters
+    assert (logging.ERROR, f"control {word}: torque on failed: no reply from servo 2") in r.said()
+    assert r.feed.submitted == []  # nothing asked for a start that was refused
+    assert [s.mode for s in r.script.snaps] == [Mode.IDLE, Mode.IDLE]
+
+
+def test_a_hold_that_could_not_be_written_keeps_torque_off_and_refuses_the_start() -> None:
+    r = Rig(1, {1: start})
+    r.bus.write_errors.append(BusError("no reply"))
+    loop = r.run()
+    assert ("torque", "on") not in r.bus.log and loop.controller.mode is Mode.IDLE
+    assert (logging.ERROR, "control start: torque on failed: the hold before it could not be written") in r.said()
+
+
+def test_an_estop_that_could_not_turn_torque_off_is_critical_and_torque_ok_turns_false() -> None:
+    r = Rig(3, {1: start, 2: lambda loop: loop.request_estop("button")}, estop_action="torque_off")
+    r.bus.torque_errors.append(BusError("no reply"))
+    loop = r.run()
+    assert loop.controller.torque_ok is False and loop.controller.mode is Mode.ESTOPPED
+    assert (logging.CRITICAL, "control: torque off FAILED: no reply; check the arm by hand") in r.said()
+    assert loop.dump_requests == deque(["estop"])
 
 
 def test_the_first_tick_decides_from_the_reading_before_it() -> None:
@@ -388,6 +438,7 @@ def test_each_tick_publishes_its_snapshot() -> None:
     assert (first.queue_depth, second.queue_depth, second.dropped_actions) == (0, 2, 1)
     assert (first.latencies_measured, second.latencies_measured, second.last_latency_ticks) == (0, 1, 1.0)
     assert np.isnan(first.last_latency_ticks)
+    assert loop.latencies().tolist() == [1.0] and loop.latencies(1).tolist() == []  # kept by the runner
     assert second.safety == loop.controller.envelope.counts and second.safety is not loop.controller.envelope.counts
     assert second.latch is None and second.latches_taken == 0 and second.arm_error == ""
     assert second.state["a"].position == 10.0 and list(second.present) == list(P)
@@ -622,14 +673,13 @@ def test_a_shutdown_that_does_not_finish_in_time_is_not_ok() -> None:
 
 def test_latencies_since_a_snapshot_are_the_newest_measured() -> None:
     loop = Rig().loop
-    c = loop.controller
     assert loop.latencies().tolist() == []
-    c.latency_ring[:3] = [1.0, 2.0, 3.0]
-    c.latencies_measured = 3
+    loop._latency_ring[:3] = [1.0, 2.0, 3.0]
+    loop._latencies = 3
     assert loop.latencies().tolist() == [1.0, 2.0, 3.0] and loop.latencies(1).tolist() == [2.0, 3.0]
     assert loop.latencies().dtype == np.float64
-    c.latency_ring[:] = np.arange(256.0)
-    c.latencies_measured = 300  # the ring holds the newest 256: measurements 44..299
+    loop._latency_ring[:] = np.arange(256.0)
+    loop._latencies = 300  # the ring holds the newest 256: measurements 44..299
     got = loop.latencies(10)
     assert len(got) == 256 and got[0] == 44.0 and got[-1] == 299 % 256
     assert loop.latencies(290).tolist() == [float(i % 256) for i in range(290, 300)]
@@ -730,8 +780,8 @@ def test_status_jitter_is_over_the_last_ten_seconds_of_ticks() -> None:
 def test_status_latency_figures_are_over_the_chunks_measured() -> None:
     r = Rig()
     c = r.loop.controller
-    c.latency_ring[:3] = [1.0, 5.0, 2.0]
-    c.latencies_measured = 3
+    r.loop._latency_ring[:3] = [1.0, 5.0, 2.0]
+    r.loop._latencies = 3
     c.last_latency_ticks = 2.0
     r.loop._publish()
     assert r.loop.status()["inference_latency_ticks"] == {"last": 2.0, "p50": 2.0, "max": 5.0}
@@ -779,15 +829,43 @@ def test_the_events_go_to_the_log_given() -> None:
     clock = Clock()
     config = ControlConfig(rate_hz=8.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
     loop = ControlLoop(Bus(clock), CAL, manifest(), config, Feed(), clock=clock, events=events)
-    assert loop.events is events and loop.controller.events is events
+    assert loop.events is events
+    loop.request("start", "op")
+    loop._reading = loop._read()
+    loop._tick(1, 0.0)  # the controller's events reach the log given after the tick
+    assert [e.text() for e in events.drain()] == ["control: source policy (was idle), motion started (asked by op)"]
+
+
+def test_only_a_start_asks_whether_the_policy_is_blocked_at_the_callers_time() -> None:
+    r = Rig()
+    r.feed.gate = Blocked("untrusted", "policy not trusted: self-check failed")
+    r.clock.now = 123.0
+    with pytest.raises(ControlRefused, match=r"^policy not trusted: self-check failed$"):
+        r.loop.check("start")
+    assert r.feed.blocked_at == [123.0]
+    r.loop.check("teleop")
+    r.loop.check("stop")
+    assert r.feed.blocked_at == [123.0]
+    latch = r.loop.request_estop("button")
+    with pytest.raises(StaleLatch):
+        r.loop.check("release", latch.id + 1)
+    r.loop.check("release", latch.id)
+
+
+def test_a_release_naming_no_latch_is_stale_once_the_latch_is_taken() -> None:
+    r = Rig(1, {1: lambda loop: loop.request_estop("button")})
+    loop = r.run()
+    assert loop.mailbox.pending_estop() is None and loop.estop is not None
+    with pytest.raises(StaleLatch):
+        loop.check("release")
 
 
 def test_requests_and_checks_without_a_name_or_a_latch() -> None:
     loop = Rig().loop
     loop.request("stop")
     loop.request("release")
-    assert loop.controller.mailbox.take_command() == Stop("")
-    assert loop.controller.mailbox.take_command() == Release("", 0)
+    assert loop.mailbox.take_command() == Stop("")
+    assert loop.mailbox.take_command() == Release("", 0)
     loop.request_estop("button")
     with pytest.raises(ControlRefused, match="names e-stop latch 0"):
         loop.check("release")
@@ -797,6 +875,7 @@ def test_each_tick_publishes_the_latch_in_effect() -> None:
     r = Rig(3, {1: start, 2: lambda loop: loop.request_estop("button")})
     r.run()
     assert [s.latch for s in r.script.snaps] == [None, r.loop.controller.latch, r.loop.controller.latch]
+    assert r.loop.estop == r.loop.controller.latch  # taken: the requests are gone, the latch is published
     assert r.script.snaps[1].latch is not None and r.script.snaps[1].latch.reason == "button"
     assert [s.latches_taken for s in r.script.snaps] == [0, 1, 1]
 

@@ -26,7 +26,6 @@ from runtime.bundle.manifest import Manifest, RtcEntry, TensorSpec, parse_manife
 from runtime.control.actions import ActionQueue
 from runtime.control.config import ControlConfig, RtcConfig, SafetyConfig, StreamConfig, rtc_in_effect
 from runtime.control.controller import DELAY_WINDOW, ChunkResult, Controller
-from runtime.control.events import EventLog
 from runtime.control.feed import Prefix
 from runtime.control.loop import ControlLoop
 from runtime.control.mailbox import Start
@@ -34,6 +33,7 @@ from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 
 from .conftest import CALIBRATION, IMAGE, Camera, ScriptedInference, received_goals, wait_for
+from .small_arm import Runner
 from .test_controller import Feed, Torque
 
 RATE_HZ = 50.0
@@ -126,7 +126,7 @@ def test_the_leftover_starts_at_the_ticks_own_action_and_stops_at_a_gap() -> Non
     assert q.leftover(103, 5) is None
 
 
-def _controller(calibration: Calibration, manifest: Manifest, rtc: RtcConfig) -> tuple[Controller, Feed]:
+def _controller(calibration: Calibration, manifest: Manifest, rtc: RtcConfig) -> tuple[Runner, Feed]:
     feed = Feed()
     # eight steps a chunk, the next asked for as soon as none is in flight
     config = ControlConfig(
@@ -142,30 +142,26 @@ def _controller(calibration: Calibration, manifest: Manifest, rtc: RtcConfig) ->
         calibration,
         with_rtc(manifest, chunk_size=120),
         config,
-        feed,
-        Torque(),
-        events=EventLog(),
-        clock=time.monotonic,
         teleop=TeleopConfig(),
         period=1 / 30,
     )
-    return c, feed
+    return Runner(c, feed, Torque(), time.monotonic), feed
 
 
 @pytest.fixture
-def controller(calibration: Calibration, manifest: Manifest) -> tuple[Controller, Feed]:
+def controller(calibration: Calibration, manifest: Manifest) -> tuple[Runner, Feed]:
     return _controller(calibration, manifest, RtcConfig())
 
 
 def test_each_request_carries_the_plan_from_its_tick_and_the_worst_recent_delay(
-    controller: tuple[Controller, Feed],
+    controller: tuple[Runner, Feed],
 ) -> None:
-    c, feed = controller
+    r, feed = controller
+    c = r.c
     n = len(c.names)
     present = np.zeros(n)
-    c.mailbox.post(Start("test"))
-    c.written(c.step(0, 0.0, present).goal)  # type: ignore[arg-type]
-    c.observe_now(present)  # the first request, at tick 0
+    r.mailbox.post(Start("test"))
+    r.after_read(r.step(0, 0.0, present), present, 0.0)  # the first request, at tick 0
     assert feed.prefixes == [None]  # nothing planned yet: the first chunk samples afresh
     assert c.inference_delay() == 0
     plan = np.cumsum(np.full((c.n_steps, n), 0.1, np.float32), axis=0)
@@ -173,12 +169,11 @@ def test_each_request_carries_the_plan_from_its_tick_and_the_worst_recent_delay(
     for i, latency in enumerate(latencies):  # each chunk arrives `latency` ticks after its request
         k = ask + latency
         for tick in range(ask + 1, k):
-            c.written(c.step(tick, 0.0, present).goal)  # type: ignore[arg-type]
-            c.observe_now(present)  # a chunk is in flight: no request
+            r.after_read(r.step(tick, 0.0, present), present, 0.0)  # a chunk is in flight: no request
         chunk = plan + ask
-        c.result.put(ChunkResult(c._plan.gen, ask, chunk, None))
-        c.written(c.step(k, 0.0, present).goal)  # type: ignore[arg-type]
-        c.observe_now(present)  # merged, this tick's action taken and written: the next request
+        r.results.put(ChunkResult(c._plan.gen, ask, chunk, None))
+        # merged, this tick's action taken and written: the next request
+        r.after_read(r.step(k, 0.0, present), present, 0.0)
         prefix = feed.prefixes[-1]
         assert len(feed.prefixes) == i + 2 and isinstance(prefix, Prefix)
         assert prefix.delay == max(latencies[: i + 1])  # the worst measured so far
@@ -188,27 +183,27 @@ def test_each_request_carries_the_plan_from_its_tick_and_the_worst_recent_delay(
     assert c.counters["prefix_requests"] == 3
 
 
-def test_the_delay_is_the_worst_of_the_recent_window_and_at_most_a_chunk(controller: tuple[Controller, Feed]) -> None:
-    c, _ = controller
+def test_the_delay_is_the_worst_of_the_recent_window_and_at_most_a_chunk(controller: tuple[Runner, Feed]) -> None:
+    r, _ = controller
+    c = r.c
     for latency in [40] + [2] * DELAY_WINDOW:  # the 40 falls out of the window
-        c.latency_ring[c.latencies_measured % len(c.latency_ring)] = latency
+        c._recent.append(latency)
         c.latencies_measured += 1
     assert c.inference_delay() == 2
-    c.latency_ring[c.latencies_measured % len(c.latency_ring)] = 10_000
+    c._recent.append(10_000)
     c.latencies_measured += 1
     assert c.inference_delay() == 99  # the server's bound: a chunk of 100 steps must have one left
 
 
 def test_rtc_off_sends_no_prefix(calibration: Calibration, manifest: Manifest) -> None:
-    c, feed = _controller(calibration, manifest, RtcConfig(enabled=False))
+    r, feed = _controller(calibration, manifest, RtcConfig(enabled=False))
+    c = r.c
     assert not c.rtc
     present = np.zeros(len(c.names))
-    c.mailbox.post(Start("test"))
-    c.written(c.step(0, 0.0, present).goal)  # type: ignore[arg-type]
-    c.observe_now(present)
-    c.result.put(ChunkResult(c._plan.gen, 0, np.zeros((c.n_steps, len(c.names)), np.float32), None))
-    c.written(c.step(1, 0.0, present).goal)  # type: ignore[arg-type]
-    c.observe_now(present)
+    r.mailbox.post(Start("test"))
+    r.after_read(r.step(0, 0.0, present), present, 0.0)
+    r.results.put(ChunkResult(c._plan.gen, 0, np.zeros((c.n_steps, len(c.names)), np.float32), None))
+    r.after_read(r.step(1, 0.0, present), present, 0.0)
     assert feed.prefixes == [None, None] and c.counters["prefix_requests"] == 0
 
 

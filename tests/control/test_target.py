@@ -1,12 +1,13 @@
 """The teleop goal source: targets stored newest-first (out of order dropped and counted), the deadman's
-edge, and both hand-overs worked tick by tick on numbers exact in binary (a step of 3 degrees)."""
+edge (:class:`TeleopTarget`), and both hand-overs (:class:`Handover`) worked tick by tick on numbers
+exact in binary (a step of 3 degrees)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from runtime.control.target import Target, TeleopTarget
+from runtime.control.target import Handover, Target, TeleopTarget
 from runtime.teleop.config import TeleopConfig
 
 #: 24 deg/s at 8 Hz: 3 degrees per tick, exactly
@@ -14,19 +15,25 @@ PERIOD = 0.125
 SPEED = 24.0
 
 
-def move(joints: int = 2, **kw: float) -> TeleopTarget:
-    return TeleopTarget(joints, TeleopConfig(handover_speed_deg_s=SPEED, **kw), PERIOD)  # type: ignore[arg-type]
+def land(joints: int = 2, **kw: float) -> TeleopTarget:
+    return TeleopTarget(joints, TeleopConfig(handover_speed_deg_s=SPEED, **kw))  # type: ignore[arg-type]
+
+
+def move(**kw: float) -> Handover:
+    return Handover(TeleopConfig(handover_speed_deg_s=SPEED, **kw), PERIOD)  # type: ignore[arg-type]
 
 
 def test_a_fresh_source_tracks_has_no_target_and_counts_nothing() -> None:
-    t = TeleopTarget(3, TeleopConfig(deadman_ms=250.0), PERIOD)
-    assert (t.joints, t.phase, t.handover_ticks, t.received, t.out_of_order) == (3, "tracking", 0, 0, 0)
+    t = TeleopTarget(3, TeleopConfig(deadman_ms=250.0))
+    assert (t.joints, t.received, t.out_of_order) == (3, 0, 0)
     assert t.deadman_s == 0.25
     assert t.fresh(0.0) is None
+    h = Handover(TeleopConfig(), PERIOD)
+    assert (h.phase, h.handover_ticks) == ("tracking", 0)
 
 
 def test_each_newer_target_replaces_the_last_and_is_counted() -> None:
-    t = move()
+    t = land()
     a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0])
     assert t.put(1, a, now=10.0) is True
     assert t.put(2, b, now=10.05) is True
@@ -35,7 +42,7 @@ def test_each_newer_target_replaces_the_last_and_is_counted() -> None:
 
 
 def test_a_target_not_newer_than_the_last_is_dropped_and_counted() -> None:
-    t = move()
+    t = land()
     newest = np.array([1.0, 2.0])
     assert t.put(5, newest, now=10.0)
     assert t.put(5, np.array([9.0, 9.0]), now=10.01) is False  # the same seq again
@@ -46,7 +53,7 @@ def test_a_target_not_newer_than_the_last_is_dropped_and_counted() -> None:
 
 
 def test_clear_forgets_the_target_and_a_new_session_may_start_its_seq_over() -> None:
-    t = move()
+    t = land()
     t.put(7, np.array([1.0, 2.0]), now=1.0)
     t.clear()
     assert t.fresh(1.0) is None
@@ -56,7 +63,7 @@ def test_clear_forgets_the_target_and_a_new_session_may_start_its_seq_over() -> 
 
 
 def test_a_target_is_fresh_up_to_the_deadman_and_stale_after() -> None:
-    t = move(deadman_ms=250.0)
+    t = land(deadman_ms=250.0)
     t.put(1, np.array([1.0, 2.0]), now=1.0)
     assert t.fresh(1.25) is not None  # exactly deadman_ms old: still fresh
     assert t.fresh(1.2500001) is None
@@ -107,13 +114,13 @@ def test_move_hand_over_one_joint_far_steps_only_that_far() -> None:
 
 
 def test_the_step_is_the_speed_times_the_period() -> None:
-    t = TeleopTarget(1, TeleopConfig(handover_speed_deg_s=20.0), 0.25)  # 5 per tick
+    t = Handover(TeleopConfig(handover_speed_deg_s=20.0), 0.25)  # 5 per tick
     t.begin()
     assert t.goal(np.array([12.0]), np.zeros(1), np.zeros(1)).tolist() == [5.0]
 
 
 def test_wait_hand_over_holds_the_last_goal_until_the_leader_is_within_tolerance_of_the_follower() -> None:
-    t = TeleopTarget(2, TeleopConfig(handover="wait", handover_tolerance_deg=2.0), PERIOD)
+    t = Handover(TeleopConfig(handover="wait", handover_tolerance_deg=2.0), PERIOD)
     t.begin()
     last = np.array([7.0, 7.0])
     present = np.array([10.0, -10.0])
@@ -129,7 +136,7 @@ def test_wait_hand_over_holds_the_last_goal_until_the_leader_is_within_tolerance
 
 @pytest.mark.parametrize("handover", ["move", "wait"])
 def test_begin_starts_a_hand_over_again_after_tracking(handover: str) -> None:
-    t = TeleopTarget(1, TeleopConfig(handover=handover, handover_speed_deg_s=SPEED), PERIOD)  # type: ignore[arg-type]
+    t = Handover(TeleopConfig(handover=handover, handover_speed_deg_s=SPEED), PERIOD)  # type: ignore[arg-type]
     t.begin()
     t.goal(np.array([0.0]), np.zeros(1), np.zeros(1))
     assert t.phase == "tracking"

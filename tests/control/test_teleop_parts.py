@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from runtime.arm_control.teleop_session import NoSession, SessionHeld, TeleopSessions
-from runtime.control.target import TeleopTarget
+from runtime.control.target import Handover, TeleopTarget
 from runtime.errors import ConfigError
 from runtime.protocol import codec
 from runtime.protocol.errors import BadRequestError, NoSessionError, SessionHeldError
@@ -65,7 +65,7 @@ def test_teleop_config_names_the_bad_key() -> None:
 
 
 def test_move_handover_approaches_at_the_set_speed_then_tracks() -> None:
-    t = TeleopTarget(2, TeleopConfig(handover_speed_deg_s=30.0), period_s=0.1)  # 3 per tick
+    t = Handover(TeleopConfig(handover_speed_deg_s=30.0), period_s=0.1)  # 3 per tick
     t.begin()
     last = np.zeros(2)
     target = np.array([10.0, -4.0])
@@ -78,7 +78,7 @@ def test_move_handover_approaches_at_the_set_speed_then_tracks() -> None:
 
 
 def test_wait_handover_holds_until_the_leader_is_close() -> None:
-    t = TeleopTarget(1, TeleopConfig(handover="wait", handover_tolerance_deg=2.0), period_s=0.1)
+    t = Handover(TeleopConfig(handover="wait", handover_tolerance_deg=2.0), period_s=0.1)
     t.begin()
     held = np.array([0.0])
     assert t.goal(np.array([5.0]), held, held) is held and t.phase == "handover"
@@ -86,7 +86,7 @@ def test_wait_handover_holds_until_the_leader_is_close() -> None:
 
 
 def test_targets_out_of_order_are_dropped_and_stale_ones_trip_the_deadman() -> None:
-    t = TeleopTarget(1, TeleopConfig(deadman_ms=100), period_s=0.1)
+    t = TeleopTarget(1, TeleopConfig(deadman_ms=100))
     assert t.put(5, np.array([1.0]), now=10.0)
     assert not t.put(4, np.array([2.0]), now=10.01) and t.out_of_order == 1
     target = t.fresh(10.05)

@@ -46,6 +46,23 @@ def test_write_goals_moves_joints(arm: SimArm) -> None:
     assert bus.read_state()["shoulder_pan"].goal == pytest.approx(30.0, abs=0.1)
 
 
+def test_torque_on_switches_torque_and_writes_no_goal(arm: SimArm) -> None:
+    bus = arm.bus
+    before = {i: len(s.goal_log) for i, s in arm.simulator.servos.items()}
+    bus.torque_on()
+    bus.ping(1)  # one round trip: the sim has handled every write
+    assert all(s.torque for s in arm.simulator.servos.values())
+    assert {i: len(s.goal_log) for i, s in arm.simulator.servos.items()} == before  # the caller's goals stand
+
+
+def test_enable_torque_still_holds_where_each_joint_is_first(arm: SimArm) -> None:
+    bus = arm.bus
+    bus.enable_torque()
+    bus.ping(1)
+    for servo in arm.simulator.servos.values():
+        assert servo.torque and servo.goal_log and servo.goal_log[-1][1] == servo.position
+
+
 def test_positions_follow_goals_at_the_speed_limit(protocol: str) -> None:
     now = [0.0]
     sim = ServoSimulator(protocol, [1], positions={1: 2048}, speed_steps_s=1000, clock=lambda: now[0])  # type: ignore[arg-type]
