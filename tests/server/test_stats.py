@@ -68,6 +68,19 @@ def test_requests_errors_and_replies_are_counted_by_kind_and_code(clock: Clock) 
     assert [out.latency_ms[k].max for k in ("queue", "infer", "total")] == [1.0, 2.0, 3.0]
 
 
+def test_the_control_loops_requests_and_errors_count_in_the_totals_and_apart(clock: Clock) -> None:
+    s = StatsCollector()
+    s.request("infer")
+    s.request("infer", local=True)
+    s.request("infer", local=True)
+    s.error("busy")
+    s.error("inference_failed", local=True)
+    out = snap(s)
+    assert (out.requests, out.errors) == ({"infer": 3}, {"busy": 1, "inference_failed": 1})
+    assert (out.local_requests, out.local_errors) == ({"infer": 2}, {"inference_failed": 1})
+    assert (snap(StatsCollector()).local_requests, snap(StatsCollector()).local_errors) == ({}, {})
+
+
 def test_a_snapshot_is_a_copy_that_later_counts_do_not_change(clock: Clock) -> None:
     s = StatsCollector()
     s.request("infer")
