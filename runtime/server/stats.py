@@ -90,10 +90,22 @@ class StatsCollector:
         )
 
 
+def counts_text(counts: Mapping[str, int], local: Mapping[str, int] | None = None) -> str:
+    """``hello=3 infer=9 (7 from the control loop)``: counts by name, with the control loop's part
+    where it has one; ``none`` when there are none."""
+    local = local or {}
+
+    def one(name: str, n: int) -> str:
+        mine = local.get(name, 0)
+        return f"{name}={n}" + (f" ({mine} from the control loop)" if mine else "")
+
+    return " ".join(one(k, v) for k, v in sorted(counts.items())) or "none"
+
+
 def stats_line(s: StatsSnapshot) -> str:
     """One log line: counts by kind and error, queue depth, infer and total latency percentiles."""
-    reqs = " ".join(f"{k}={v}" for k, v in sorted(s.requests.items())) or "none"
-    errs = " ".join(f"{k}={v}" for k, v in sorted(s.errors.items())) or "none"
+    reqs = counts_text(s.requests, s.local_requests)
+    errs = counts_text(s.errors, s.local_errors)
     inf = s.latency_ms.get("infer", Percentiles())
     tot = s.latency_ms.get("total", Percentiles())
     return (

@@ -192,6 +192,13 @@ def test_the_stats_line_names_counts_sorted_the_queue_and_infer_and_total_percen
     )
 
 
+def test_the_stats_line_names_the_control_loops_part() -> None:
+    s = line_of(requests={"infer": 4}, errors={"busy": 1}, local_requests={"infer": 3}, local_errors={"busy": 1})
+    assert stats_line(s).startswith(
+        "requests: infer=4 (3 from the control loop); errors: busy=1 (1 from the control loop); queue"
+    )
+
+
 def test_the_stats_line_before_any_request() -> None:
     assert stats_line(line_of()) == (
         "requests: none; errors: none; queue 0/4 (max 0); infer ms p50 0.0 p99 0.0; total ms p50 0.0 p99 0.0 (last 0)"
