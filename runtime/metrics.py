@@ -81,6 +81,23 @@ class RuntimeCollector:
         for code, n in sorted(s.errors.items()):
             errors.add_metric([code], n)
         yield errors
+        # the control loop's part of the two above: their names and labels stay those of every client
+        local = CounterMetricFamily(
+            f"{PREFIX}_control_loop_requests",
+            "Requests from the daemon's own control loop, by kind (also counted in requests)",
+            labels=["kind"],
+        )
+        for kind, n in sorted(s.local_requests.items()):
+            local.add_metric([kind], n)
+        yield local
+        local = CounterMetricFamily(
+            f"{PREFIX}_control_loop_errors",
+            "Error replies to the daemon's own control loop, by error code (also counted in errors)",
+            labels=["code"],
+        )
+        for code, n in sorted(s.local_errors.items()):
+            local.add_metric([code], n)
+        yield local
         yield CounterMetricFamily(f"{PREFIX}_replies_ok", "Successful replies", value=s.replies_ok)
         yield GaugeMetricFamily(f"{PREFIX}_queue_depth", "Infer requests waiting for the engine", value=s.queue_depth)
         yield GaugeMetricFamily(f"{PREFIX}_queue_capacity", "Queue bound (server.queue_depth)", value=s.queue_capacity)

@@ -2,8 +2,8 @@
 
 One ``hello`` and one ``stats`` request on the daemon's ipc endpoint (local, so no CURVE keys are
 needed; the socket is group-writable for the service's group) give the bundle, engine, device,
-precision, threads, the CPUs inference really ran on, clients, latency percentiles, queue, arm
-health, temperatures and e-stop.
+precision, threads, the CPUs inference really ran on, clients, requests and errors (the daemon's own
+control loop's part named), latency percentiles, queue, arm health, temperatures and e-stop.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 from runtime.config import DaemonConfig
 from runtime.errors import ConfigError
 from runtime.protocol.messages import PolicyInfo, StatsSnapshot
+from runtime.server.stats import counts_text
 
 
 def status_endpoint(config: DaemonConfig) -> str:
@@ -46,6 +47,9 @@ def gather(info: PolicyInfo, stats: StatsSnapshot) -> dict[str, Any]:
         "clients": stats.clients,
         "requests": dict(stats.requests),
         "errors": dict(stats.errors),
+        # the part of requests and errors that came from the daemon's own control loop
+        "local_requests": dict(stats.local_requests),
+        "local_errors": dict(stats.local_errors),
         "queue": {
             "depth": stats.queue_depth,
             "capacity": stats.queue_capacity,
@@ -65,8 +69,8 @@ def format_status(s: dict[str, Any]) -> str:
         f"CPUs allowed {s['cpus_allowed']}, inference ran on "
         + (", ".join(f"CPU {c} ({n}x)" for c, n in s["cpus_observed"].items()) or "no CPU yet (no inference)"),
         f"uptime     {s['uptime_s']:.0f} s; clients in the last minute: {s['clients']}",
-        "requests   " + (" ".join(f"{k}={v}" for k, v in sorted(s["requests"].items())) or "none")
-        + "; errors " + (" ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())) or "none"),
+        "requests   " + counts_text(s["requests"], s.get("local_requests"))
+        + "; errors " + counts_text(s["errors"], s.get("local_errors")),
         f"queue      {s['queue']['depth']}/{s['queue']['capacity']} (max {s['queue']['depth_max']}), "
         f"in flight {s['queue']['in_flight']}",
     ]

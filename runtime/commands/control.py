@@ -94,8 +94,12 @@ def _control(args: argparse.Namespace) -> int:
         except ServerError as e:
             print(f"control {args.control_command} refused [{e.code}]: {e.message}", file=sys.stderr)
             return 1
-    if args.json or args.control_command == "status":
-        print(json.dumps(body, indent=2 if args.control_command == "status" else None))
+    if args.control_command == "status":
+        from runtime.control.report import format_control_status
+
+        print(json.dumps(body, indent=2) if args.json else format_control_status(body))
+    elif args.json:
+        print(json.dumps(body))
     else:
         print(f"control {args.control_command}: " + ", ".join(f"{k} {v}" for k, v in body.items()))
     return 0

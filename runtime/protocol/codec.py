@@ -730,4 +730,7 @@ def stats_from_reply(reply: Reply) -> StatsSnapshot:
         inference_cpus={int(k): int(v) for k, v in dict(b.get("inference_cpus") or {}).items()},
         engine=dict(b.get("engine") or {}),
         verification=dict(verification) if isinstance(verification := b.get("verification"), dict) else {},
+        # an older server counts none apart
+        local_requests={str(k): int(v) for k, v in dict(b.get("local_requests") or {}).items()},
+        local_errors={str(k): int(v) for k, v in dict(b.get("local_errors") or {}).items()},
     )

@@ -291,6 +291,9 @@ class StatsSnapshot:
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineInfo.to_json() of the serving engine
     # the serving canary (CanaryState.to_wire()); empty when it is off
     verification: Mapping[str, Any] = field(default_factory=dict)
+    # the part of requests and errors that is the daemon's own control loop's (counted in both)
+    local_requests: Mapping[str, int] = field(default_factory=dict)
+    local_errors: Mapping[str, int] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -310,4 +313,6 @@ class StatsSnapshot:
             "inference_cpus": {str(k): v for k, v in self.inference_cpus.items()},
             "engine": dict(self.engine),
             "verification": dict(self.verification),
+            "local_requests": dict(self.local_requests),
+            "local_errors": dict(self.local_errors),
         }

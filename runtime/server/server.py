@@ -670,14 +670,20 @@ class PolicyServer:
         chunking, :attr:`takes_prefix`), refused the same way as a task. ``on_done`` runs on the worker
         thread (or, for a refused task or prefix, on the caller's). Returns False when the server is not
         taking work.
+
+        Each call is counted as an ``infer`` request, and each refusal as an error by its code, as for a
+        network client; the stats also count them apart (``local_requests``, ``local_errors``).
         """
+        self.stats.request("infer", local=True)
         if not self._accepting:
+            self.stats.error("shutting_down", local=True)
             return False
         now = time.monotonic()
         try:
             language = self._language(task)
             prefix = self._prefix_arrays(rtc)
         except InputValidationError as e:
+            self.stats.error("bad_input", local=True)
             on_done(None, f"bad_input: {e}")
             return True
         program_inputs = self.history.assemble(
@@ -685,7 +691,10 @@ class PolicyServer:
         )
         job = Job(-1, [b"control-loop"], 0, program_inputs, now, on_done)
         result = self.queue.put(job, front=True)
+        if not result.accepted:  # the queue closed: the server is stopping
+            self.stats.error("shutting_down", local=True)
         if result.superseded is not None and result.superseded.on_done is not None:
+            self.stats.error("superseded", local=True)
             result.superseded.on_done(None, "superseded by a newer observation")
         return result.accepted
 
@@ -698,6 +707,7 @@ class PolicyServer:
 
     def _reply_job_error(self, job: Job, code: str, message: str) -> None:
         if job.on_done is not None:
+            self.stats.error(code, local=True)
             job.on_done(None, f"{code}: {message}")
             return
         self._reply_error(

@@ -1,4 +1,8 @@
-"""Request counters and latency percentiles, shared by the I/O and worker threads."""
+"""Request counters and latency percentiles, shared by the I/O and worker threads.
+
+Every request is counted by kind and every error reply by code, whoever sent it; the ones of the
+daemon's own control loop (``PolicyServer.submit_local``) are also counted apart, ``local=True``.
+"""
 
 from __future__ import annotations
 
@@ -31,16 +35,24 @@ class StatsCollector:
         self._lock = threading.Lock()
         self._requests: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
+        self._local_requests: Counter[str] = Counter()  # the part of _requests from the control loop
+        self._local_errors: Counter[str] = Counter()  # the part of _errors from the control loop
         self._ok = 0
         self._lat: dict[str, deque[float]] = {k: deque(maxlen=WINDOW) for k in ("queue", "infer", "total")}
 
-    def request(self, kind: str) -> None:
+    def request(self, kind: str, *, local: bool = False) -> None:
+        """Count a request; ``local``: the daemon's own control loop sent it."""
         with self._lock:
             self._requests[kind] += 1
+            if local:
+                self._local_requests[kind] += 1
 
-    def error(self, code: str) -> None:
+    def error(self, code: str, *, local: bool = False) -> None:
+        """Count an error reply; ``local``: one to the daemon's own control loop."""
         with self._lock:
             self._errors[code] += 1
+            if local:
+                self._local_errors[code] += 1
 
     def ok(self) -> None:
         with self._lock:
@@ -59,6 +71,8 @@ class StatsCollector:
         with self._lock:
             requests = dict(self._requests)
             errors = dict(self._errors)
+            local_requests = dict(self._local_requests)
+            local_errors = dict(self._local_errors)
             ok = self._ok
             lat = {k: deque(v) for k, v in self._lat.items()}
         return StatsSnapshot(
@@ -71,13 +85,27 @@ class StatsCollector:
             queue_capacity=capacity,
             in_flight=in_flight,
             latency_ms={k: _percentiles(v) for k, v in lat.items()},
+            local_requests=local_requests,
+            local_errors=local_errors,
         )
+
+
+def counts_text(counts: Mapping[str, int], local: Mapping[str, int] | None = None) -> str:
+    """``hello=3 infer=9 (7 from the control loop)``: counts by name, with the control loop's part
+    where it has one; ``none`` when there are none."""
+    local = local or {}
+
+    def one(name: str, n: int) -> str:
+        mine = local.get(name, 0)
+        return f"{name}={n}" + (f" ({mine} from the control loop)" if mine else "")
+
+    return " ".join(one(k, v) for k, v in sorted(counts.items())) or "none"
 
 
 def stats_line(s: StatsSnapshot) -> str:
     """One log line: counts by kind and error, queue depth, infer and total latency percentiles."""
-    reqs = " ".join(f"{k}={v}" for k, v in sorted(s.requests.items())) or "none"
-    errs = " ".join(f"{k}={v}" for k, v in sorted(s.errors.items())) or "none"
+    reqs = counts_text(s.requests, s.local_requests)
+    errs = counts_text(s.errors, s.local_errors)
     inf = s.latency_ms.get("infer", Percentiles())
     tot = s.latency_ms.get("total", Percentiles())
     return (

@@ -62,7 +62,8 @@ class InferenceWorker(threading.Thread):
         self._reply_endpoint = reply_endpoint
         self._action_output = ""
         self.in_flight = 0
-        # CPU -> inferences that ended there: where inference really runs (the status command, metrics)
+        # CPU -> inferences that ended there, the control loop's and the network's: where inference
+        # really runs (the status command, metrics)
         self.cpu_samples: Counter[int] = Counter()
         self._loaded = threading.Event()
         self._go = threading.Event()
@@ -243,7 +244,7 @@ class InferenceWorker(threading.Thread):
         assert self.engine is not None
         failure = self._verification_failure()
         if failure is not None:
-            self.stats.error("verification_failed")
+            self.stats.error("verification_failed", local=True)
             on_done(None, f"verification_failed: {failure}")
             return
         try:
@@ -251,14 +252,15 @@ class InferenceWorker(threading.Thread):
                 self.noise.fill(job.inputs)
             actions = self.engine.run_validated(job.inputs)[self._action_output]
         except InferenceError as e:
-            self.stats.error("inference_failed")
+            self.stats.error("inference_failed", local=True)
             on_done(None, f"{e} ({e.backend_reason})" if e.backend_reason else str(e))
             return
         except Exception as e:
             log.exception("inference for the control loop failed")
-            self.stats.error("internal")
+            self.stats.error("internal", local=True)
             on_done(None, f"{type(e).__name__}: {e}")
             return
+        self.cpu_samples[current_cpu()] += 1
         done = time.monotonic()
         self.stats.infer_done((started - job.received_at) * 1e3, (done - started) * 1e3, (done - job.received_at) * 1e3)
         on_done(actions, None)

@@ -1,6 +1,7 @@
 """``lerobot-runtime control``, ``camera``, ``replay`` and ``bench loop`` in process: the
 options, what reaches the daemon (a release naming the latch status shows now), refusals on stderr with
-exit 1, what each prints; the client, camera, replay and benchmarks are stand-ins."""
+exit 1, what each prints (control status as a few lines, or its map with --json); the client, camera,
+replay and benchmarks are stand-ins."""
 
 from __future__ import annotations
 
@@ -161,17 +162,211 @@ def test_a_command_is_sent_with_its_options_to_the_resolved_endpoint_and_its_rep
     assert capsys.readouterr() == ("control start: mode policy, task pick\n", "")
 
 
-def test_a_reply_as_json_is_one_line_and_status_is_indented(
+def test_a_reply_as_json_is_one_line_and_status_as_json_is_indented(
     daemon: type[Client], capsys: pytest.CaptureFixture[str]
 ) -> None:
     daemon.replies = [{"mode": "idle", "n": 1}, {"mode": "idle", "estop": {"latched": False}}]
     assert main(["control", "stop", "--json", "--connect", "tcp://10.0.0.2:5555"]) == 0
-    assert main(["control", "status"]) == 0
+    assert main(["control", "status", "--json"]) == 0
     assert daemon.calls[0] == ("client", "tcp://10.0.0.2:5555", 2.0)
     assert daemon.calls[4] == _sent("status")
     assert capsys.readouterr().out == (
         '{"mode": "idle", "n": 1}\n{\n  "mode": "idle",\n  "estop": {\n    "latched": false\n  }\n}\n'
     )
+
+
+def test_status_as_json_is_the_whole_map_indented(daemon: type[Client], capsys: pytest.CaptureFixture[str]) -> None:
+    daemon.replies = [running()]
+    assert main(["control", "status", "--json"]) == 0
+    assert capsys.readouterr().out == json.dumps(running(), indent=2) + "\n"
+
+
+def running(**changes: Any) -> dict[str, Any]:
+    """A ``control status`` map as a daemon with its loop in an arm process answers it, mid-run."""
+    status: dict[str, Any] = {
+        "mode": "running",
+        "source": "policy",
+        "teleop": {
+            "phase": "",
+            "handover": "move",
+            "last_seq": -1,
+            "targets": 0,
+            "out_of_order": 0,
+            "intervention": False,
+            "session": {"holder": None, "opened": 0, "refused": 0, "lost": 0},
+        },
+        "recording": None,
+        "estop": {"latched": False, "reason": "", "latch": 0},
+        "rate_hz": 30.0,
+        "n_action_steps": 30,
+        "refill_at": 15,
+        "aggregate": "latest",
+        "tick": 32,
+        "queue_depth": 27,
+        "counters": {
+            "ticks": 32,
+            "starts": 1,
+            "priming": 1,
+            "writes": 31,
+            "requests": 3,
+            "chunks": 3,
+            "overruns": 0,
+            "dropped_actions": 3,
+        },
+        "safety": {"limit": 0, "step": 0, "accel": 0, "nonfinite": 0, "refused_chunks": 0},
+        "inference_latency_ticks": {"last": 1.0, "p50": 1.0, "max": 1.0},
+        "jitter_ms": {"p50": 0.111, "p99": 1.0788, "max": 1.4465},
+        "write_period_error_ms": {"p50": 0.087, "p99": 1.8748, "max": 2.0347, "periods": 30, "off_5ms": 0},
+        "stale_streams": [],
+        "blocked": "",
+        "arm": {"healthy": True, "error": "", "positions": {"elbow_flex": 5.45}, "temperatures_c": {"elbow_flex": 31}},
+        "scheduling": "SCHED_OTHER (rt_priority = 0)",
+        "process": {"kind": "own", "pid": 7230, "alive": True, "death": "", "memory": "memory locked"},
+        "task": "",
+    }
+    status.update(changes)
+    return status
+
+
+def status_lines(daemon: type[Client], capsys: pytest.CaptureFixture[str], status: dict[str, Any]) -> list[str]:
+    daemon.replies = [status]
+    assert main(["control", "status"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    return out.splitlines()
+
+
+def test_status_of_a_running_loop_is_a_few_lines_the_mode_first(
+    daemon: type[Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert status_lines(daemon, capsys, running()) == [
+        "control    running, the policy commands the arm; tick 32 at 30 Hz",
+        "e-stop     released",
+        "arm        answering; arm process 7230 running",
+        "policy     may be asked; 27 actions queued, the next chunk asked at 15 left of 30",
+        "chunks     3 from 3 requests; latency last 1, p50 1, max 1 ticks",
+        "stalls     none",
+        "timing     0 overruns (ticks skipped); ticks woke late p99 1.08 ms, max 1.45 ms (last 10 s)",
+        "writes     period error p99 1.87 ms, max 2.03 ms (last 10 s); 0 of 30 periods > 5 ms off",
+        "safety     no interventions",
+    ]
+
+
+def test_status_of_an_estopped_loop_names_the_latch_its_reason_and_how_to_release_it(
+    daemon: type[Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    estopped = running(
+        mode="estopped",
+        source="hold",
+        queue_depth=0,
+        estop={"latched": True, "reason": "hand in the way", "latch": 4},
+        task="pick the cube",
+    )
+    lines = status_lines(daemon, capsys, estopped)
+    assert lines[:2] == [
+        "control    estopped, nothing commands the arm; tick 32 at 30 Hz; task 'pick the cube'",
+        "e-stop     LATCHED (latch 4): hand in the way; release: `lerobot-runtime control release` (that latch), "
+        "then `control start`",
+    ]
+    unreasoned = running(mode="estopped", estop={"latched": True, "reason": "", "latch": 1})
+    assert status_lines(daemon, capsys, unreasoned)[1].startswith("e-stop     LATCHED (latch 1): no reason given;")
+    idle = running(mode="idle", source="hold")
+    assert status_lines(daemon, capsys, idle)[0] == (
+        "control    idle, nothing commands the arm; tick 32 at 30 Hz; `lerobot-runtime control start` runs the policy"
+    )
+
+
+def test_status_of_a_stalled_loop_says_why_the_policy_is_not_asked_and_counts_the_stalls(
+    daemon: type[Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale = "stale observation stream: observation.images.front (912 ms old > 300 ms)"
+    counters = {
+        "requests": 5,
+        "chunks": 3,
+        "submit_refused": 1,
+        "inference_failures": 1,
+        "starved": 12,
+        "blocked_ticks": 40,
+        "inference_stalls": 1,
+        "stall_actions": 1,
+        "overruns": 2,
+    }
+    stalled = running(
+        blocked=stale,
+        stale_streams=["observation.images.front"],
+        queue_depth=0,
+        counters=counters,
+        safety={"limit": 3, "step": 0, "accel": 1, "nonfinite": 0, "refused_chunks": 1},
+        inference_latency_ticks={"last": 4.0, "p50": 2.0, "max": 9.0},
+        write_period_error_ms={"p50": 1.0, "p99": 31.5, "max": 66.7, "periods": 300, "off_5ms": 14},
+    )
+    assert status_lines(daemon, capsys, stalled)[3:9] == [
+        f"policy     NOT ASKED: {stale}; 0 actions queued, the next chunk asked at 15 left of 30",
+        "chunks     3 from 5 requests (1 refused by the server, 1 failed); latency last 4, p50 2, max 9 ticks",
+        "stalls     starved 12 ticks (no action due); blocked 40 ticks (the policy could not be asked); "
+        "1 requests unanswered past safety.stall_timeout_s; safety.stall_action taken 1 times",
+        "timing     2 overruns (ticks skipped); ticks woke late p99 1.08 ms, max 1.45 ms (last 10 s)",
+        "writes     period error p99 31.5 ms, max 66.7 ms (last 10 s); 14 of 300 periods > 5 ms off",
+        "safety     limit 3, accel 1, refused_chunks 1",
+    ]
+
+
+def test_status_of_a_failing_arm_a_dead_arm_process_teleop_and_recording(
+    daemon: type[Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    failing = running(arm={"healthy": False, "error": "bus read failed 3 times"})
+    assert status_lines(daemon, capsys, failing)[2] == (
+        "arm        FAILING: bus read failed 3 times; arm process 7230 running"
+    )
+    dead = running(arm={"healthy": False, "error": "gone"}, process={"alive": False, "death": "killed by SIGKILL"})
+    assert status_lines(daemon, capsys, dead)[2] == "arm        FAILING: gone; arm process DEAD: killed by SIGKILL"
+    in_thread = running()
+    del in_thread["process"]  # the loop in the daemon's own process: no arm process line
+    assert status_lines(daemon, capsys, in_thread)[2] == "arm        answering"
+    teleop = {
+        "phase": "tracking",
+        "targets": 900,
+        "out_of_order": 2,
+        "intervention": True,
+        "session": {"holder": "alice (client 7)"},
+    }
+    recording = {"active": True, "task": "pick", "frames": 120, "episodes_ended": 2, "episodes_discarded": 1}
+    lines = status_lines(daemon, capsys, running(mode="teleop", source="teleop", teleop=teleop, recording=recording))
+    assert lines[0].startswith("control    teleop, a teleop station commands the arm;")
+    assert lines[-2:] == [
+        "teleop     tracking; station alice (client 7); 900 targets (2 out of order); intervention",
+        "recording  episode running: 120 frames, task 'pick'; episodes 2 ended, 1 discarded",
+    ]
+    assert status_lines(daemon, capsys, running(recording={"active": False}))[-1] == "recording  no episode running"
+
+
+def test_status_from_a_map_with_keys_missing_says_which(
+    daemon: type[Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = running()
+    for key in ("estop", "jitter_ms", "write_period_error_ms", "safety"):
+        del old[key]
+    del old["counters"]["overruns"]
+    lines = status_lines(daemon, capsys, old)
+    assert lines[1] == "e-stop     unknown"
+    assert lines[6:9] == [
+        "timing     ? overruns (ticks skipped); wake-up lateness not measured yet",
+        "writes     period error not measured yet (needs writes on consecutive ticks)",
+        "safety     unknown",
+    ]
+    assert lines[-1] == (
+        "missing    estop, counters.overruns, jitter_ms, write_period_error_ms, safety (not in the reply: an older "
+        "daemon, or the loop not started; --json shows what it sent)"
+    )
+    nothing = status_lines(daemon, capsys, {})
+    assert nothing[0] == "control    unknown mode, source unknown; tick ? at ?"
+    assert nothing[-1].startswith("missing    mode, source, tick, rate_hz, estop, arm, blocked, stale_streams, ")
+    assert status_lines(daemon, capsys, running(arm=None, counters="?"))[2:6] == [
+        "arm        unknown; arm process 7230 running",
+        "policy     may be asked; 27 actions queued, the next chunk asked at 15 left of 30",
+        "chunks     unknown; latency last 1, p50 1, max 1 ticks",
+        "stalls     unknown",
+    ]
 
 
 def test_release_without_a_latch_releases_the_one_status_shows(

@@ -24,6 +24,7 @@ from runtime.engine.config import EngineConfig
 from runtime.protocol.errors import ControlRefusedError, NoControlError
 from runtime.sdnotify import SystemdNotifier
 from runtime.server.config import ServerConfig
+from runtime.status import format_status, gather
 
 from .conftest import CALIBRATION, IMAGE, ROOT, Camera, running_daemon, wait_for
 
@@ -59,6 +60,13 @@ def test_control_start_moves_the_arm_estop_latches_release_and_shutdown(daemon: 
         assert status["mode"] == "running"
         assert status["counters"].get("starved", 0) == 0  # the queue refilled before it emptied
         assert status["inference_latency_ticks"]["max"] is not None
+        # the loop's own inferences show in `status` as a socket client's do: requests, CPUs, the loop named
+        info, stats = client.hello(), client.stats()
+        asked = stats.local_requests["infer"]
+        assert asked >= 3 and stats.requests["infer"] == asked and sum(stats.inference_cpus.values()) >= 3
+        report = format_status(gather(info, stats)).splitlines()
+        assert "no CPU yet" not in report[1]
+        assert f" infer={asked} ({asked} from the control loop) stats=1; errors none" in report[3]
         moved = np.abs(np.array([s.position for s in sim.servos.values()]) - before)
         assert moved.max() > 20  # the demo policy drives the simulated joints (ticks)
 

@@ -112,6 +112,12 @@ lerobot_runtime_requests_total{kind="ping"} 2.0
 # TYPE lerobot_runtime_errors_total counter
 lerobot_runtime_errors_total{code="bad_input"} 2.0
 lerobot_runtime_errors_total{code="queue_full"} 1.0
+# HELP lerobot_runtime_control_loop_requests_total Requests from the daemon's own control loop, by kind (also counted in requests)
+# TYPE lerobot_runtime_control_loop_requests_total counter
+lerobot_runtime_control_loop_requests_total{kind="infer"} 7.0
+# HELP lerobot_runtime_control_loop_errors_total Error replies to the daemon's own control loop, by error code (also counted in errors)
+# TYPE lerobot_runtime_control_loop_errors_total counter
+lerobot_runtime_control_loop_errors_total{code="bad_input"} 1.0
 # HELP lerobot_runtime_replies_ok_total Successful replies
 # TYPE lerobot_runtime_replies_ok_total counter
 lerobot_runtime_replies_ok_total 11.0
@@ -221,7 +227,13 @@ RECORDING = SimpleNamespace(
 
 def test_a_scrape_shows_every_figure_by_name_with_its_help_and_labels() -> None:
     collector = RuntimeCollector(
-        lambda: stats(errors={"queue_full": 1, "bad_input": 2}, verification=CANARY, arm=ARM),
+        lambda: stats(
+            errors={"queue_full": 1, "bad_input": 2},
+            local_requests={"infer": 7},
+            local_errors={"bad_input": 1},
+            verification=CANARY,
+            arm=ARM,
+        ),
         info,
         stalled=lambda: ["control loop", "inference worker"],
         control=lambda: control(True),

@@ -120,6 +120,8 @@ def test_gather_takes_the_engine_from_stats_else_from_hello() -> None:
         "clients": 2,
         "requests": {"ping": 2, "infer": 10},
         "errors": {"queue_full": 1},
+        "local_requests": {},
+        "local_errors": {},
         "queue": {"depth": 1, "capacity": 4, "depth_max": 3, "in_flight": 1},
         "latency_ms": {
             "total": {"count": 10, "p50": 5.0, "p90": 6.5, "p99": 7.25, "max": 8.0},
@@ -165,6 +167,27 @@ def test_the_report_line_by_line() -> None:
 def test_every_request_kind_and_error_code_by_name() -> None:
     s = gather(info(), stats(requests={"stats": 1, "hello": 3, "infer": 9}, errors={"queue_full": 1, "bad_input": 2}))
     assert format_status(s).splitlines()[3] == "requests   hello=3 infer=9 stats=1; errors bad_input=2 queue_full=1"
+
+
+def test_the_control_loops_requests_and_errors_are_named_in_the_counts() -> None:
+    s = gather(
+        info(),
+        stats(
+            requests={"infer": 5, "stats": 1},
+            errors={"superseded": 1, "busy": 2},
+            local_requests={"infer": 3},
+            local_errors={"superseded": 1},
+            inference_cpus={2: 3},
+        ),
+    )
+    assert (s["local_requests"], s["local_errors"]) == ({"infer": 3}, {"superseded": 1})
+    lines = format_status(s).splitlines()
+    assert lines[1].endswith("inference ran on CPU 2 (3x)")
+    assert lines[3] == (
+        "requests   infer=5 (3 from the control loop) stats=1; errors busy=2 superseded=1 (1 from the control loop)"
+    )
+    older = {k: v for k, v in s.items() if not k.startswith("local_")}  # a map made before they were counted
+    assert format_status(older).splitlines()[3] == "requests   infer=5 stats=1; errors busy=2 superseded=1"
 
 
 def test_a_fresh_daemon_without_an_arm() -> None:

@@ -250,6 +250,8 @@ def test_stats_of_a_policy_server_with_nothing_optional() -> None:
         "inference_cpus": {},
         "engine": {},
         "verification": {},
+        "local_requests": {},
+        "local_errors": {},
     }
 
 
@@ -262,6 +264,8 @@ def test_stats_with_every_field() -> None:
         inference_cpus={1: 40, 3: 2},
         engine={"device": "CPU"},
         verification={"checks": 7, "failed": False},
+        local_requests={"infer": 4},
+        local_errors={"superseded": 1},
     )
     wire = s.to_wire()
     assert wire["latency_ms"] == {"total": {"count": 5, "p50": 1.0, "p90": 2.0, "p99": 3.0, "max": 4.0}}
@@ -273,3 +277,4 @@ def test_stats_with_every_field() -> None:
         {"device": "CPU"},
         {"checks": 7, "failed": False},
     )
+    assert (wire["local_requests"], wire["local_errors"]) == ({"infer": 4}, {"superseded": 1})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -474,6 +475,7 @@ def test_a_language_policy_gets_the_tasks_tokens_and_refuses_sent_ones(
     assert server.submit_local([state(0.0)], lambda a, e: done.append(e))
     assert done == ["bad_input: " + reply.error.message]
     assert len(engine.runs) == 1
+    assert server.snapshot().local_errors == {"bad_input": 1}  # counted as the socket's refusals are
 
 
 def test_task_encoder_is_the_bundles_tokenizer_for_a_language_policy_only(tmp_path: Path) -> None:
@@ -720,6 +722,24 @@ def test_the_control_loops_inference_goes_ahead_of_the_network(serve: Serve, cal
     assert a.receive().id == 1 and a2.receive().id == 2
 
 
+def test_the_control_loops_inferences_count_as_infer_requests_with_the_cpu_they_ran_on(
+    serve: Serve, caller: Callable[..., Caller]
+) -> None:
+    server = serve()
+    assert caller(server).call("infer", 1, obs()).ok
+    done: list[Any] = []
+    for n in (1, 2, 3):  # one at a time: a newer one would supersede a queued one
+        assert server.submit_local([state(float(n))], lambda a, e: done.append(e))
+        wait_for(lambda n=n: len(done) == n)
+    assert done == [None, None, None]
+    wait_for(lambda: server.snapshot().replies_ok == 4)
+    snap = server.snapshot()
+    assert (dict(snap.requests), dict(snap.errors)) == ({"infer": 4}, {})
+    assert (dict(snap.local_requests), dict(snap.local_errors)) == ({"infer": 3}, {})
+    assert sum(snap.inference_cpus.values()) == 4 and set(snap.inference_cpus) <= os.sched_getaffinity(0)
+    assert snap.latency_ms["infer"].count == 4
+
+
 def test_a_newer_local_observation_supersedes_the_queued_one(serve: Serve, caller: Callable[..., Caller]) -> None:
     engine = StandIn()
     engine.hold = True
@@ -737,12 +757,20 @@ def test_a_newer_local_observation_supersedes_the_queued_one(serve: Serve, calle
     assert third[0][1] is None
     np.testing.assert_array_equal(third[0][0], chunk(state(3.0)))
     assert [float(r[0][0]) for r in engine.runs] == [1.0, 3.0]
+    snap = server.snapshot()
+    assert (dict(snap.requests), dict(snap.errors)) == ({"infer": 3}, {"superseded": 1})
+    assert (dict(snap.local_requests), dict(snap.local_errors)) == ({"infer": 3}, {"superseded": 1})
 
 
 def test_a_closed_queue_takes_no_local_inference(serve: Serve) -> None:
     server = serve()
     server.queue.close()
     assert server.submit_local([state(1.0)], lambda a, e: None) is False
+    assert dict(server.snapshot().local_errors) == {"shutting_down": 1}
+    server._accepting = False
+    assert server.submit_local([state(1.0)], lambda a, e: None) is False
+    snap = server.snapshot()
+    assert (dict(snap.local_requests), dict(snap.errors)) == ({"infer": 2}, {"shutting_down": 2})
 
 
 def test_the_control_loops_history_is_its_own_and_takes_observed_ticks(
@@ -816,7 +844,8 @@ def test_a_job_error_goes_to_the_local_callback_or_the_client(serve: Serve) -> N
     reply = socks[1].reply()
     assert error_of(reply) == (33, "infer", "shutting_down", "stopped first", None, None, None)
     assert reply.timing.infer_ms == 0.0 and reply.timing.queue_ms == reply.timing.total_ms >= 250.0
-    assert dict(server.snapshot().errors) == {"shutting_down": 1}
+    snap = server.snapshot()  # both counted; the control loop's also apart
+    assert (dict(snap.errors), dict(snap.local_errors)) == ({"shutting_down": 2}, {"shutting_down": 1})
 
 
 def test_a_reply_error_is_counted_and_timed_from_receipt(serve: Serve) -> None:

@@ -68,6 +68,19 @@ def test_requests_errors_and_replies_are_counted_by_kind_and_code(clock: Clock) 
     assert [out.latency_ms[k].max for k in ("queue", "infer", "total")] == [1.0, 2.0, 3.0]
 
 
+def test_the_control_loops_requests_and_errors_count_in_the_totals_and_apart(clock: Clock) -> None:
+    s = StatsCollector()
+    s.request("infer")
+    s.request("infer", local=True)
+    s.request("infer", local=True)
+    s.error("busy")
+    s.error("inference_failed", local=True)
+    out = snap(s)
+    assert (out.requests, out.errors) == ({"infer": 3}, {"busy": 1, "inference_failed": 1})
+    assert (out.local_requests, out.local_errors) == ({"infer": 2}, {"inference_failed": 1})
+    assert (snap(StatsCollector()).local_requests, snap(StatsCollector()).local_errors) == ({}, {})
+
+
 def test_a_snapshot_is_a_copy_that_later_counts_do_not_change(clock: Clock) -> None:
     s = StatsCollector()
     s.request("infer")
@@ -176,6 +189,13 @@ def test_the_stats_line_names_counts_sorted_the_queue_and_infer_and_total_percen
     assert stats_line(s) == (
         "requests: infer=10 ping=2; errors: bad_input=3 queue_full=1; queue 2/4 (max 3); "
         "infer ms p50 1.5 p99 2.5; total ms p50 4.5 p99 6.5 (last 9)"
+    )
+
+
+def test_the_stats_line_names_the_control_loops_part() -> None:
+    s = line_of(requests={"infer": 4}, errors={"busy": 1}, local_requests={"infer": 3}, local_errors={"busy": 1})
+    assert stats_line(s).startswith(
+        "requests: infer=4 (3 from the control loop); errors: busy=1 (1 from the control loop); queue"
     )
 
 

@@ -199,10 +199,12 @@ def test_a_reply_carries_its_queue_inference_and_total_milliseconds_and_the_stat
     assert s.latency_ms["infer"].max == 250.0 and s.latency_ms["total"].max == 1000.0
 
 
-def test_the_cpu_each_inference_ended_on_is_counted(rig: Rig) -> None:
+def test_the_cpu_each_inference_ended_on_is_counted_the_control_loops_too(rig: Rig) -> None:
     worker = rig.worker(StandIn(rig.clock))
     rig.answer_all(worker, job(1), job(2), job(3, on_done=lambda a, e: None))
-    assert worker.cpu_samples == {5: 2}  # the control loop's own jobs are not counted there
+    assert worker.cpu_samples == {5: 3}
+    s = rig.snapshot()
+    assert s.replies_ok == 3 and s.latency_ms["infer"].count == 3
 
 
 @pytest.mark.parametrize(
@@ -235,6 +237,7 @@ def test_a_failed_run_is_answered_with_its_code_reason_and_timing_and_the_next_j
     assert ok.ok and ok.id == 3
     s = rig.snapshot()
     assert s.errors == {code: 2}  # the socket job's and the control loop's
+    assert s.local_errors == {code: 1}
     assert s.replies_ok == 1 and s.latency_ms["infer"].count == 1
 
 
@@ -530,6 +533,7 @@ def test_once_the_canary_failed_every_job_is_refused_without_running_until_a_swa
     assert (refused.timing.queue_ms, refused.timing.infer_ms, refused.timing.total_ms) == (1000.0, 0.0, 1000.0)
     assert got[0][0] is None and got[0][1].startswith(f"verification_failed: {failure}")
     assert rig.snapshot().errors == {"verification_failed": 2}
+    assert rig.snapshot().local_errors == {"verification_failed": 1}
     np.testing.assert_array_equal(actions_from_reply(replies[2], 0.0).actions, chunk(state(1.0), 7.0))
 
 
