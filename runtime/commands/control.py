@@ -95,7 +95,7 @@ def _control(args: argparse.Namespace) -> int:
             print(f"control {args.control_command} refused [{e.code}]: {e.message}", file=sys.stderr)
             return 1
     if args.control_command == "status":
-        from runtime.control.report import format_control_status
+        from runtime.arm_control.report import format_control_status
 
         print(json.dumps(body, indent=2) if args.json else format_control_status(body))
     elif args.json:
