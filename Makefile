@@ -17,7 +17,7 @@ PIP_FLAGS ?=
 
 # LeRobot 0.6 (what checkpoints are trained with since August 2026) needs Python >= 3.12, torch < 2.12 and
 # transformers 5.x, beside ExecuTorch's torch 2.13 here: it gets a venv of its own, in which `export --lerobot`
-# traces 0.6 checkpoints (runtime.bundle.lerobot.stacks); 0.4 checkpoints are traced in .venv.
+# traces 0.6 checkpoints (runtime.export.lerobot.stacks); 0.4 checkpoints are traced in .venv.
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12))
 STACK06   := .venv-lerobot-0.6
 STAMP06   := $(STACK06)/.installed

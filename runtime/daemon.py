@@ -93,8 +93,9 @@ class Daemon:
 
     def _load_engine(self) -> Engine:
         from runtime.engine.loader import load_engine
+        from runtime.export.demo import with_bundle
 
-        return load_engine(self.config.engine)
+        return load_engine(with_bundle(self.config.engine))
 
     # --- signals -----------------------------------------------------------------------------
 
@@ -507,8 +508,9 @@ class Daemon:
         if self.engine_factory != self._load_engine:
             return self.engine_factory()  # an injected factory (tests, embedding): it knows no config
         from runtime.engine.loader import load_engine
+        from runtime.export.demo import with_bundle
 
-        return load_engine(config.engine)
+        return load_engine(with_bundle(config.engine))
 
     def shutdown(self) -> None:
         """STOPPING=1, stop the server (graceful unless forced), release the arm, log the final stats."""

@@ -37,7 +37,7 @@ def _no_scheduling_left_behind() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def demo_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The built-in demo policy (small ACT-style network) exported for CPU, once per session."""
-    from runtime.bundle.demo import ensure_bundle
+    from runtime.export.demo import ensure_bundle
 
     return ensure_bundle("demo", tmp_path_factory.mktemp("bundles"))
 

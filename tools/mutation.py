@@ -118,40 +118,40 @@ SCOPES: dict[str, Scope] = {
     # The bundle's smaller parts: the task tokenizer (a word-level definition made in the test), install
     # (hand-written bundles, a stand-in parity gate), RTC's prefix weights worked by hand.
     "bundle-parts": Scope(
-        ("runtime/bundle/tokenizer.py", "runtime/bundle/install.py", "runtime/bundle/rtc.py"),
-        ("tests/bundle/test_tokenizer.py", "tests/bundle/test_install.py", "tests/bundle/test_rtc.py"),
+        ("runtime/bundle/tokenizer.py", "runtime/engine/install.py", "runtime/bundle/rtc.py"),
+        ("tests/bundle/test_tokenizer.py", "tests/engine/test_install.py", "tests/bundle/test_rtc.py"),
     ),
     # The engine seam on a stand-in engine: inputs validated and ordered before the program runs, the
     # engine's info on the wire, a with block closing it.
     "engine-base": Scope(("runtime/engine/base.py",), ("tests/engine/test_base.py",)),
     # The built-in bundles' store: where it is, when a stored bundle is current, what is exported or built
     # (two stand-in processes) when it is not, and the new directory replacing the old one.
-    "bundle-store": Scope(("runtime/bundle/demo.py",), ("tests/bundle/test_demo.py",)),
+    "bundle-store": Scope(("runtime/export/demo.py",), ("tests/export/test_demo.py",)),
     # The checks on a freshly lowered program: an output that is an input passed through, a non-default
     # dim order at a partition edge, int64 reductions inside a delegate (a lowered graph made in the test
     # and a real OpenVINO blob; that those shapes really come out wrong is in the export tests of
     # tests/engine/test_lowering_checks.py, about 11 s per mutant, too slow to run here).
     "bundle-lowering-checks": Scope(
-        ("runtime/bundle/lowering_checks.py",), ("tests/bundle/test_lowering_findings.py",)
+        ("runtime/export/lowering_checks.py",), ("tests/export/test_lowering_findings.py",)
     ),
     # What lowering tells OpenVINO: CPU programs compiled at f32 without snippets (a stand-in Core, a real
     # compile, a gated MLP imported on one thread), and 0-d bf16 constants made from their value.
     "bundle-lowering": Scope(
-        ("runtime/bundle/compile_precision.py", "runtime/bundle/scalar_constants.py"),
+        ("runtime/export/compile_precision.py", "runtime/export/scalar_constants.py"),
         (
-            "tests/bundle/test_compile_precision.py",
-            "tests/bundle/test_scalar_constants.py",
+            "tests/export/test_compile_precision.py",
+            "tests/export/test_scalar_constants.py",
             "tests/engine/test_scalar_constants.py",
         ),
     ),
     # INT8's weight plumbing: each use of a shared weight named apart (aliases), the quantised weights
     # folded into one INT8 constant per weight and scale, equal constants merged (hand-made graphs, NNCF).
     "bundle-weights": Scope(
-        ("runtime/bundle/shared_weights.py", "runtime/bundle/weight_folding.py"),
+        ("runtime/export/shared_weights.py", "runtime/export/weight_folding.py"),
         (
             # on graphs made by hand (the NNCF and export tests of these modules run in the suite only)
             *(
-                f"tests/bundle/test_weight_folding.py::{t}"
+                f"tests/export/test_weight_folding.py::{t}"
                 for t in (
                     "test_folded_layers_compute_the_same_bit_for_bit_and_read_int8",
                     "test_aliases_with_equal_scales_are_quantised_once",
@@ -165,7 +165,7 @@ SCOPES: dict[str, Scope] = {
                 )
             ),
             *(
-                f"tests/bundle/test_shared_weights.py::{t}"
+                f"tests/export/test_shared_weights.py::{t}"
                 for t in (
                     "test_each_use_gets_a_name_of_its_own_reading_the_same_storage",
                     "test_copies_that_stayed_equal_are_merged_back_and_the_module_computes_the_same",
@@ -571,7 +571,7 @@ SCOPES: dict[str, Scope] = {
     # bf16 activations, every layer replaced. The file's lowering tests run subprocesses and read docs/repro,
     # which mutmut's mutants/ folder does not hold: they run in the suite only.
     "bundle-group-norm": Scope(
-        ("runtime/bundle/group_norm.py",),
+        ("runtime/export/group_norm.py",),
         tuple(
             f"tests/engine/test_group_norm.py::{t}"
             for t in (
@@ -735,10 +735,10 @@ SCOPES: dict[str, Scope] = {
     # the gate's verdict and record. quantize_bundle and the child's _run_blob drive a real NNCF run and a
     # real program: left to tests/engine/test_quantize.py.
     "bundle-quantize": Scope(
-        ("runtime/bundle/quantize.py",),
-        ("tests/bundle/test_quantize.py", "tests/bundle/test_quantize_gate.py"),
+        ("runtime/export/quantize.py",),
+        ("tests/export/test_quantize.py", "tests/export/test_quantize_gate.py"),
         tuple(
-            f"runtime.bundle.quantize.{f}*"
+            f"runtime.export.quantize.{f}*"
             for f in (
                 "x_load_observations",
                 "x__no_prefix",
@@ -760,58 +760,58 @@ SCOPES: dict[str, Scope] = {
     # and OpenVINO stood in for: the refusals, the split, the quantizer's options and fallback, stdout kept
     # for --json, the INT8 bundle's files and manifest, nothing left when a step fails.
     "bundle-quantize-run": Scope(
-        ("runtime/bundle/quantize.py",),
-        ("tests/bundle/test_quantize_run.py",),
-        ("runtime.bundle.quantize.x_quantize_bundle*", "runtime.bundle.quantize.x__run_blob*"),
+        ("runtime/export/quantize.py",),
+        ("tests/export/test_quantize_run.py",),
+        ("runtime.export.quantize.x_quantize_bundle*", "runtime.export.quantize.x__run_blob*"),
     ),
     # A LeRobot checkpoint up to its export plan, without a model: the plan on a stand-in family and
     # loader, the family's defaults, the families, the VLM directory, the action scale. load_checkpoint and
     # policy_class load LeRobot's own classes: left to tests/engine/test_lerobot*.py.
     "lerobot-plan": Scope(
-        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("__init__", "plan", "family", "families", "loader")),
-        ("tests/bundle/test_lerobot_plan.py", "tests/bundle/test_lerobot_checkpoint.py"),
+        tuple(f"runtime/export/lerobot/{m}.py" for m in ("__init__", "plan", "family", "families", "loader")),
+        ("tests/export/test_lerobot_plan.py", "tests/export/test_lerobot_checkpoint.py"),
         (
-            *(f"runtime.bundle.lerobot.{m}.*" for m in ("plan", "family", "families")),
-            "runtime.bundle.lerobot.loader.x_resolve_vlm*",
-            "runtime.bundle.lerobot.loader.x_action_scale*",
+            *(f"runtime.export.lerobot.{m}.*" for m in ("plan", "family", "families")),
+            "runtime.export.lerobot.loader.x_resolve_vlm*",
+            "runtime.export.lerobot.loader.x_action_scale*",
         ),
     ),
     # config.json read and refused word for word, and the joint names (configs written in the test).
     "lerobot-checkpoint": Scope(
-        ("runtime/bundle/lerobot/checkpoint.py",),
-        ("tests/bundle/test_lerobot_checkpoint.py", "tests/bundle/test_lerobot_plan.py"),
+        ("runtime/export/lerobot/checkpoint.py",),
+        ("tests/export/test_lerobot_checkpoint.py", "tests/export/test_lerobot_plan.py"),
     ),
     # The generic graph on stand-in processors, its seeded test case, the draws read from noise inputs.
     "lerobot-graph": Scope(
-        ("runtime/bundle/lerobot/graph.py", "runtime/bundle/lerobot/draws.py"),
-        ("tests/bundle/test_lerobot_graph.py", "tests/bundle/test_lerobot_families.py"),
+        ("runtime/export/lerobot/graph.py", "runtime/export/lerobot/draws.py"),
+        ("tests/export/test_lerobot_graph.py", "tests/export/test_lerobot_families.py"),
     ),
     # What each family adds, on stand-in policies (a config of plain values): refusals, steps, noise inputs
     # and the order the draws are read in; TD-MPC's gather; importing LeRobot and its shims. The families'
     # predict (and Diffusion's sample_actions) run LeRobot's model code: left to the export tests,
     # tests/engine/test_lerobot_{diffusion,tdmpc,vqbet}.py; ACT has nothing else.
     "lerobot-policies": Scope(
-        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("diffusion", "tdmpc", "vqbet", "torchvision_shim", "smolvla")),
-        ("tests/bundle/test_lerobot_families.py",),
+        tuple(f"runtime/export/lerobot/{m}.py" for m in ("diffusion", "tdmpc", "vqbet", "torchvision_shim", "smolvla")),
+        ("tests/export/test_lerobot_families.py",),
         (
-            "runtime.bundle.lerobot.diffusion.x_check_scheduler*",
-            "runtime.bundle.lerobot.diffusion.x_timesteps*",
+            "runtime.export.lerobot.diffusion.x_check_scheduler*",
+            "runtime.export.lerobot.diffusion.x_timesteps*",
             *(
-                f"runtime.bundle.lerobot.diffusion.xǁDiffusionFamilyǁ{f}*"
+                f"runtime.export.lerobot.diffusion.xǁDiffusionFamilyǁ{f}*"
                 for f in ("__init__", "check", "first_step", "noise_inputs")
             ),
-            "runtime.bundle.lerobot.tdmpc.x__gather_along_dim*",
-            "runtime.bundle.lerobot.tdmpc.x__gathers*",
+            "runtime.export.lerobot.tdmpc.x__gather_along_dim*",
+            "runtime.export.lerobot.tdmpc.x__gathers*",
             *(
-                f"runtime.bundle.lerobot.tdmpc.xǁTdmpcFamilyǁ{f}*"
+                f"runtime.export.lerobot.tdmpc.xǁTdmpcFamilyǁ{f}*"
                 for f in ("check", "_plan_steps", "usable_steps", "default_steps", "noise_inputs", "_draws")
             ),
-            *(f"runtime.bundle.lerobot.vqbet.xǁVqbetFamilyǁ{f}*" for f in ("_query_tokens", "noise_inputs", "_draws")),
-            "runtime.bundle.lerobot.torchvision_shim.*",
+            *(f"runtime.export.lerobot.vqbet.xǁVqbetFamilyǁ{f}*" for f in ("_query_tokens", "noise_inputs", "_draws")),
+            "runtime.export.lerobot.torchvision_shim.*",
             # SmolVLA, sampled: real-time chunking's fields, the refusals before tracing, the guidance weight
-            "runtime.bundle.lerobot.smolvla.x__guidance_weight*",
+            "runtime.export.lerobot.smolvla.x__guidance_weight*",
             *(
-                f"runtime.bundle.lerobot.smolvla.xǁSmolvlaFamilyǁ{f}*"
+                f"runtime.export.lerobot.smolvla.xǁSmolvlaFamilyǁ{f}*"
                 for f in (
                     "rtc_enabled",
                     "_rtc_fields",
@@ -829,7 +829,7 @@ SCOPES: dict[str, Scope] = {
     # own pipeline with the same draws, in eager mode (tiny random checkpoints; no export). SmolVLA's model
     # code needs SmolVLM: left to tests/engine/test_lerobot_smolvla*.py.
     "lerobot-models": Scope(
-        tuple(f"runtime/bundle/lerobot/{m}.py" for m in ("loader", "act", "diffusion", "tdmpc", "vqbet")),
+        tuple(f"runtime/export/lerobot/{m}.py" for m in ("loader", "act", "diffusion", "tdmpc", "vqbet")),
         (
             "tests/engine/test_lerobot.py::test_graph_is_lerobots_pipeline",
             "tests/engine/test_lerobot.py::test_a_checkpoint_without_its_normaliser_or_unnormaliser_is_refused",
@@ -849,20 +849,20 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_lerobot_smolvla_rtc.py::test_export_rtc_flag_enables_it_on_a_checkpoint_without",
         ),
         (
-            "runtime.bundle.lerobot.loader.x_policy_class*",
-            "runtime.bundle.lerobot.loader.x_load_checkpoint*",
-            "runtime.bundle.lerobot.act.*",
-            "runtime.bundle.lerobot.diffusion.x_sample_actions*",
-            "runtime.bundle.lerobot.diffusion.xǁDiffusionFamilyǁpredict*",
-            "runtime.bundle.lerobot.tdmpc.xǁTdmpcFamilyǁpredict*",
-            "runtime.bundle.lerobot.vqbet.xǁVqbetFamilyǁpredict*",
+            "runtime.export.lerobot.loader.x_policy_class*",
+            "runtime.export.lerobot.loader.x_load_checkpoint*",
+            "runtime.export.lerobot.act.*",
+            "runtime.export.lerobot.diffusion.x_sample_actions*",
+            "runtime.export.lerobot.diffusion.xǁDiffusionFamilyǁpredict*",
+            "runtime.export.lerobot.tdmpc.xǁTdmpcFamilyǁpredict*",
+            "runtime.export.lerobot.vqbet.xǁVqbetFamilyǁpredict*",
         ),
     ),
     # SmolVLA's model code as the graph runs it, sampled: the vision positions, RoPE, the resize as matrix
     # products, the attention masks counted in integers, the guided flow step, each check against LeRobot's
     # own; against LeRobot's pipeline and RTC path in eager mode (a tiny SmolVLA with a small VLM).
     "lerobot-smolvla": Scope(
-        ("runtime/bundle/lerobot/smolvla.py",),
+        ("runtime/export/lerobot/smolvla.py",),
         (
             "tests/engine/test_lerobot_smolvla.py::test_graph_is_lerobots_pipeline_with_tasks_and_noise",
             "tests/engine/test_lerobot_smolvla.py::test_export_refuses_a_vlm_it_cannot_find_offline",
@@ -871,7 +871,7 @@ SCOPES: dict[str, Scope] = {
             "tests/engine/test_lerobot_smolvla_rtc.py::test_a_lerobot_whose_guidance_differs_is_refused_before_tracing",
         ),
         tuple(
-            f"runtime.bundle.lerobot.smolvla.{f}*"
+            f"runtime.export.lerobot.smolvla.{f}*"
             for f in (
                 "x__full_mask_position_ids",
                 "x__apply_rope",
@@ -951,11 +951,11 @@ SCOPES: dict[str, Scope] = {
     # manifest and test case written, the staged directory, lower-precision casts, lower_bundle; tiny
     # torch models exported for real, the lowering itself a stand-in returning a program built by hand.
     "bundle-export-rules": Scope(
-        ("runtime/bundle/export.py", "runtime/bundle/trace.py"),
-        ("tests/bundle/test_export_rules.py",),
+        ("runtime/export/export.py", "runtime/export/trace.py"),
+        ("tests/export/test_export_rules.py",),
         (
             *(
-                f"runtime.bundle.export.x_{f}*"
+                f"runtime.export.export.x_{f}*"
                 for f in (
                     "check_device_present",
                     "lower_program",
@@ -967,7 +967,7 @@ SCOPES: dict[str, Scope] = {
                 )
             ),
             *(
-                f"runtime.bundle.trace.x_{f}*"
+                f"runtime.export.trace.x_{f}*"
                 for f in (
                     "load_factory",
                     "_named_outputs",
@@ -982,14 +982,14 @@ SCOPES: dict[str, Scope] = {
     # export_bundle and lower_bundle themselves, the unbatched and lower-precision wrappers, on the same
     # tests: tiny models exported for real, the lowering a stand-in (558 mutants, about 11 minutes).
     "bundle-export": Scope(
-        ("runtime/bundle/export.py", "runtime/bundle/trace.py"),
-        ("tests/bundle/test_export_rules.py",),
+        ("runtime/export/export.py", "runtime/export/trace.py"),
+        ("tests/export/test_export_rules.py",),
         (
             *(
-                f"runtime.bundle.export.x_{f}*"
+                f"runtime.export.export.x_{f}*"
                 for f in ("export_bundle", "build_bundle", "lower_bundle", "at_precision", "export_for_lowering")
             ),
-            *(f"runtime.bundle.trace.x_{f}*" for f in ("trace_policy", "_unbatched", "reference_spread")),
+            *(f"runtime.export.trace.x_{f}*" for f in ("trace_policy", "_unbatched", "reference_spread")),
         ),
     ),
     # Benchmarks, sampled: the functions that turn samples into the numbers a claim rests on (summaries,

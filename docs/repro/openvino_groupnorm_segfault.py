@@ -8,7 +8,7 @@ LeRobot's Diffusion Policy encoder (there with convolutions in between, which cr
 The crash happens inside the CPU plugin's snippets tokenization (a GraphRewrite matcher pass under
 ``compile_model``); with ``SNIPPETS_MODE=DISABLE`` the same graph compiles, and so does the same
 arithmetic written with ReduceMean instead of GroupNormalization (what lerobot-runtime's exporter
-does: runtime/bundle/group_norm.py). Seen with shapes [1, 4, 2, 2] (2 groups) up to
+does: runtime/export/group_norm.py). Seen with shapes [1, 4, 2, 2] (2 groups) up to
 [2, 128, 10, 14] (8 groups); [2, 64, 20, 28] with 4 groups compiles.
 
 Run each variant in its own process (a segfault ends the interpreter):

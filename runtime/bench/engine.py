@@ -141,12 +141,12 @@ def run_engine_bench(
     """
     import torch
 
-    from runtime.bundle.export import export_bundle
-    from runtime.bundle.quantize import DEFAULT_MAX_ERROR, quantize_bundle
-    from runtime.bundle.trace import load_factory
     from runtime.engine.config import EngineChoice, EngineConfig, PrecisionChoice
     from runtime.engine.loader import LoadReport, load_engine
     from runtime.engine.parity import compare
+    from runtime.export.export import export_bundle
+    from runtime.export.quantize import DEFAULT_MAX_ERROR, quantize_bundle
+    from runtime.export.trace import load_factory
 
     cpu_set = inference_cpus(cpus, control_cpu)
     pin_current_thread(cpu_set)
@@ -155,7 +155,7 @@ def run_engine_bench(
 
     kwargs: dict[str, Any] = {"policy_name": "bench"}
     if lerobot:
-        from runtime.bundle.lerobot import lerobot_export_plan
+        from runtime.export.lerobot import lerobot_export_plan
 
         make, kwargs = lerobot_export_plan(lerobot, vlm_dir=vlm_dir)
     else:
@@ -329,8 +329,8 @@ def nncf_peer(f32: Any, calibration: str, threads: int) -> tuple[Callable[[], di
     import openvino as ov
     import torch
 
-    from runtime.bundle.quantize import load_observations
     from runtime.engine.precision import executed_precision
+    from runtime.export.quantize import load_observations
 
     manifest = f32.manifest
     names = [s.name for s in manifest.inputs]

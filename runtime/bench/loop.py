@@ -196,7 +196,7 @@ def _run_case(
 def run_loop_bench(
     *, bundle: str | None, demo: bool, seconds: float, rates: list[float], steps: list[int]
 ) -> dict[str, Any]:
-    from runtime.bundle.demo import ensure_bundle
+    from runtime.export.demo import ensure_bundle
 
     path = bundle or str(ensure_bundle("demo" if demo else "act"))
     cpus = allowed_cpus()

@@ -40,11 +40,11 @@ JOINT = "shoulder_pan"
 
 def run_teleop_bench(*, seconds: float, rate_hz: float) -> dict[str, Any]:
     from drivers.config import ArmConfig
-    from runtime.bundle.demo import ensure_bundle
     from runtime.config import DaemonConfig, DaemonSettings
     from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
     from runtime.daemon import Daemon
     from runtime.engine.config import EngineConfig
+    from runtime.export.demo import ensure_bundle
     from runtime.producers.camera import CameraPublisher, SyntheticSource
     from runtime.sdnotify import SystemdNotifier
     from runtime.server.config import ServerConfig

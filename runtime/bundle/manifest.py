@@ -45,7 +45,7 @@ DTYPES: Final = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool"
 # Parity tolerance by the precision the device really ran: the largest error accepted, in the units of
 # the test case's ``scale`` (normalised action units for a LeRobot policy; see TestCaseEntry).
 DEFAULT_TOLERANCE: Final[Mapping[str, float]] = {"f32": 2e-5, "f16": 0.075, "bf16": 0.075, "int8": 0.15}
-# An export measures a bundle's f32 tolerance (see ToleranceBasis and runtime.bundle.prove): this many
+# An export measures a bundle's f32 tolerance (see ToleranceBasis and runtime.export.prove): this many
 # times the larger of the reference's own float32 rounding and the lowered program's error on the
 # exporting machine, never below DEFAULT_TOLERANCE["f32"] (the floor) nor above F32_CEILING. The margin
 # covers what differs on the robot (another CPU's kernels and blocking); the ceiling keeps an order of

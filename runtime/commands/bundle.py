@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from runtime.bundle.install import DEFAULT_BUNDLES_DIR
+    from runtime.engine.install import DEFAULT_BUNDLES_DIR
 
     p = commands.add_parser("bundle", help="manage the bundles a daemon serves")
     sub = p.add_subparsers(dest="bundle_command", metavar="ACTION", required=True)
@@ -36,8 +36,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 
 def _install(args: argparse.Namespace) -> int:
-    from runtime.bundle.install import install_bundle
     from runtime.config import DaemonConfig, load_config
+    from runtime.engine.install import install_bundle
 
     config = load_config(args.config) if args.config else DaemonConfig()
     done = install_bundle(args.src, args.dir, link=args.link, engine=config.engine)

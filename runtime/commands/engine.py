@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from runtime.errors import ConfigError, LerobotRuntimeError
@@ -215,11 +216,11 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from runtime.bundle.export import export_bundle, parse_tolerance
+    from runtime.export.export import export_bundle, parse_tolerance
 
     tolerance = parse_tolerance(args.tolerance) if args.tolerance else None
     if args.lerobot:
-        from runtime.bundle.lerobot import export_lerobot
+        from runtime.export.lerobot import export_lerobot
 
         if args.image_inputs:
             raise ConfigError("--image-inputs: a LeRobot checkpoint names its cameras itself (VISUAL features)")
@@ -262,7 +263,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from runtime.bundle.quantize import DEFAULT_MAX_ERROR, gate_summary, quantize_bundle
+    from runtime.export.quantize import DEFAULT_MAX_ERROR, gate_summary, quantize_bundle
 
     bundle = quantize_bundle(
         args.bundle,
@@ -277,7 +278,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from runtime.bundle.export import lower_bundle
+    from runtime.export.export import lower_bundle
 
     lower_bundle(args.bundle, args.device, precision=args.precision)
     return 0
@@ -289,9 +290,10 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
     from runtime.bench.stats import summarize
     from runtime.bundle.bundle import Bundle
     from runtime.engine.config import EngineConfig
-    from runtime.engine.loader import LoadReport, load_engine, resolve_bundle_path
+    from runtime.engine.loader import LoadReport, load_engine
+    from runtime.export.demo import with_bundle
 
-    config = EngineConfig(
+    asked = EngineConfig(
         bundle=args.bundle,
         engine=args.engine,
         devices=args.device,
@@ -303,7 +305,8 @@ def check_bundle(args: argparse.Namespace) -> dict[str, Any]:
         allow_parity_failure=True,
         accept_lower_arithmetic=args.accept_lower_arithmetic,
     )
-    path = resolve_bundle_path(config)
+    config = with_bundle(asked)  # no bundle named: the built-in demo bundle
+    path = Path(config.bundle)
     bundle = Bundle.open(path, verify_all=True)
     report = LoadReport()
     engine = load_engine(config, report=report)
@@ -377,7 +380,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"torch imported: {result['torch_imported']}"
         )
         if result["quantization"]:
-            from runtime.bundle.quantize import gate_summary
+            from runtime.export.quantize import gate_summary
 
             print(f"  program: int8; {gate_summary(result['quantization'])}")
     return 0 if result["ok"] else 1

@@ -260,7 +260,7 @@ def _engine_maker(args: argparse.Namespace) -> Callable[[], Engine]:
 
             bundle = args.bundle
             if not bundle:
-                from runtime.bundle.demo import ensure_bundle
+                from runtime.export.demo import ensure_bundle
 
                 bundle = str(ensure_bundle("act"))
             return load_engine(EngineConfig(bundle=bundle, devices=("CPU",), control_cpu=args.control_cpu))

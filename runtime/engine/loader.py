@@ -20,7 +20,7 @@ from runtime.engine.config import EngineConfig
 from runtime.engine.devices import choose_device, cpu_flags, present_devices
 from runtime.engine.openvino_engine import OpenVINOEngine, direct_engine_refusal
 from runtime.engine.parity import ParityResult, run_parity
-from runtime.errors import BundleError, ParityError
+from runtime.errors import BundleError, ConfigError, ParityError
 from runtime.versions import package_version
 
 log = logging.getLogger(__name__)
@@ -50,14 +50,6 @@ def effective_cache_dir(config: EngineConfig) -> str:
         return config.cache_dir
     systemd_dirs = os.environ.get("CACHE_DIRECTORY", "")
     return str(Path(systemd_dirs.split(":")[0]) / "openvino") if systemd_dirs else ""
-
-
-def resolve_bundle_path(config: EngineConfig) -> Path:
-    if config.bundle:
-        return Path(config.bundle).expanduser()
-    from runtime.bundle.demo import ensure_bundle
-
-    return ensure_bundle("demo")
 
 
 def case_precision(engine: Engine) -> str:
@@ -95,7 +87,11 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     does not match its reference and ``allow_parity_failure`` is off.
     """
     report = report if report is not None else LoadReport()
-    path = resolve_bundle_path(config)  # may export the built-in demo bundle first: not load time
+    if not config.bundle:
+        # the built-in demo bundle is the callers' default (runtime.export.demo.with_bundle): exporting
+        # it is no part of load time, and the engine knows nothing of how bundles are made
+        raise ConfigError("engine.bundle: expected the path of a bundle directory, got none")
+    path = Path(config.bundle).expanduser()
     t0 = time.perf_counter()
     bundle = Bundle.open(path)
     manifest = bundle.manifest

@@ -1,7 +1,7 @@
 """Which precision a loaded program really runs at, measured rather than taken from a setting.
 
 Two things decide it. The program: a bundle lowered for bf16 or f16 carries that precision in its graph
-(weights and activations cast at export, see ``runtime.bundle.export.at_precision``), whatever the
+(weights and activations cast at export, see ``runtime.export.export.at_precision``), whatever the
 engine passes at load. The device: OpenVINO may run a graph's float arithmetic at a lower precision
 than the graph says (the CPU plugin defaults to bf16 on CPUs with AVX512_BF16 or AMX, and
 ExecuTorch 1.5.1's backend imports a blob with no properties to stop it), or at a higher one where

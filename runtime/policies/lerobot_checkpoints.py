@@ -4,7 +4,7 @@ Random weights, SO-101-like features (one camera by default, or front and wrist;
 and normalisation statistics of the magnitudes a real SO-101 dataset has (joint positions of tens of
 degrees), so relative and absolute errors differ as they do in real use. Sizes: ``tiny`` (small enough
 that an export takes seconds, for tests) and ``default`` (LeRobot's own defaults for the family, for
-benchmarks; ``act`` is the older name of the same). Needs LeRobot (see runtime.bundle.lerobot).
+benchmarks; ``act`` is the older name of the same). Needs LeRobot (see runtime.export.lerobot).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.bundle.lerobot import import_lerobot
+from runtime.export.lerobot import import_lerobot
 
 SO101_ACTION_NAMES = (
     "shoulder_pan.pos",
@@ -158,7 +158,7 @@ def write_checkpoint(
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.factory import make_pre_post_processors
 
-    # LeRobot's TD-MPC runs only with its camera named observation.image (see runtime.bundle.lerobot.tdmpc)
+    # LeRobot's TD-MPC runs only with its camera named observation.image (see runtime.export.lerobot.tdmpc)
     names = ("observation.image",) if policy_type == "tdmpc" else tuple(f"observation.images.{c}" for c in cameras)
     # TD-MPC's encoder takes square images only; 84x84 is what LeRobot's TD-MPC datasets have
     default_hw = (64, 64) if size == "tiny" else (84, 84)

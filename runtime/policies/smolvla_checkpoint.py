@@ -137,7 +137,7 @@ def train_tokenizer(vocab_size: int = 400) -> Any:
 
 def write_vlm(out: str | Path, size: Size = "tiny") -> Path:
     """A SmolVLM model directory (config, processor, tokenizer) that ``from_pretrained`` reads offline."""
-    from runtime.bundle.lerobot import import_lerobot
+    from runtime.export.lerobot import import_lerobot
 
     import_lerobot()  # transformers' import goes through the shims there
     from transformers import PreTrainedTokenizerFast, SmolVLMConfig
@@ -201,7 +201,7 @@ def write_smolvla(
     chunking enabled in its config (``rtc_config``), with these RTCConfig fields. ``dataset_stats``:
     normalisation statistics (feature -> tensors) in place of the seeded random ones. ``weights``:
     ``trained`` scale (runtime.policies.lerobot_checkpoints.scale_like_trained) or the modules' ``init``."""
-    from runtime.bundle.lerobot import import_lerobot
+    from runtime.export.lerobot import import_lerobot
 
     import_lerobot()
     import torch

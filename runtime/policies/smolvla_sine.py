@@ -84,7 +84,7 @@ def train(path: Path, *, steps: int, seed: int = 0, batch: int = 32, lr: float =
     import torch
     from lerobot.policies.utils import prepare_observation_for_inference
 
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     # one thread: the tiny model gains nothing from two, and two spin against whatever else runs
     torch.set_num_threads(1)
@@ -114,7 +114,7 @@ def train(path: Path, *, steps: int, seed: int = 0, batch: int = 32, lr: float =
 
 
 if __name__ == "__main__":
-    from runtime.bundle.lerobot import import_lerobot
+    from runtime.export.lerobot import import_lerobot
 
     import_lerobot()
     args = sys.argv[1:]

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-import runtime.bundle.install
 import runtime.commands.bundle
 import runtime.config
+import runtime.engine.install
 import runtime.server.instance
-from runtime.bundle.install import Installed
 from runtime.cli import main
 from runtime.commands.bundle import daemon_pid
 from runtime.engine.config import EngineConfig
+from runtime.engine.install import Installed
 from tests.commands.parsers import actions, defaults, options
 
 
@@ -30,7 +30,7 @@ def installs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
         calls.append((src, bundles_dir, link, engine))
         return Installed(Path("/b/act-2"), Path("/b/current"), Path("/b/act-1"), "ok (max abs error 1e-06)")
 
-    monkeypatch.setattr(runtime.bundle.install, "install_bundle", install_bundle)
+    monkeypatch.setattr(runtime.engine.install, "install_bundle", install_bundle)
     return calls
 
 
@@ -93,7 +93,7 @@ def test_install_takes_the_configs_engine_and_says_when_nothing_was_installed_be
     config = tmp_path / "daemon.toml"
     config.write_text('[engine]\nprecision = "bf16"\n')
     first = Installed(Path("/b/act-1"), Path("/b/current"), None, "ok")
-    monkeypatch.setattr(runtime.bundle.install, "install_bundle", lambda *a, **k: installs.append(k) or first)
+    monkeypatch.setattr(runtime.engine.install, "install_bundle", lambda *a, **k: installs.append(k) or first)
     assert main(["bundle", "install", "new", "--config", str(config)]) == 0
     assert installs[0]["engine"].precision == "bf16"
     assert installs[0]["link"] == "current"

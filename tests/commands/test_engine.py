@@ -20,11 +20,12 @@ import pytest
 import runtime.bench.engine
 import runtime.bench.stats
 import runtime.bundle.bundle
-import runtime.bundle.export
-import runtime.bundle.lerobot
-import runtime.bundle.quantize
 import runtime.commands.engine
 import runtime.engine.loader
+import runtime.export.demo
+import runtime.export.export
+import runtime.export.lerobot
+import runtime.export.quantize
 from runtime.bundle.manifest import TestCaseEntry, ToleranceBasis
 from runtime.cli import build_parser, main
 from runtime.commands.engine import parse_cpu_list, parse_devices
@@ -377,7 +378,7 @@ def test_a_bad_command_line_is_a_usage_error(argv: list[str], capsys: pytest.Cap
 @pytest.fixture
 def exports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     calls: list[Any] = []
-    monkeypatch.setattr(runtime.bundle.export, "parse_tolerance", lambda text: {"parsed": text})
+    monkeypatch.setattr(runtime.export.export, "parse_tolerance", lambda text: {"parsed": text})
 
     def export(kind: str) -> Any:
         def run(*args: Any, **kw: Any) -> SimpleNamespace:
@@ -386,8 +387,8 @@ def exports(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
         return run
 
-    monkeypatch.setattr(runtime.bundle.export, "export_bundle", export("factory"))
-    monkeypatch.setattr(runtime.bundle.lerobot, "export_lerobot", export("lerobot"))
+    monkeypatch.setattr(runtime.export.export, "export_bundle", export("factory"))
+    monkeypatch.setattr(runtime.export.lerobot, "export_lerobot", export("lerobot"))
     return calls
 
 
@@ -520,7 +521,7 @@ def test_an_export_option_that_does_not_apply_is_refused_before_exporting(
 
 def test_lower_hands_over_the_bundle_device_and_precision(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(runtime.bundle.export, "lower_bundle", lambda *a, **kw: calls.append((a, kw)))
+    monkeypatch.setattr(runtime.export.export, "lower_bundle", lambda *a, **kw: calls.append((a, kw)))
     assert main(["lower", "/b", "--device", "GPU"]) == 0
     assert main(["lower", "/b", "--device", "NPU", "--precision", "f16"]) == 0
     assert calls == [(("/b", "GPU"), {"precision": None}), (("/b", "NPU"), {"precision": "f16"})]
@@ -535,8 +536,8 @@ def test_quantize_hands_over_its_settings_and_prints_the_gate(
         calls.append((args, kw))
         return SimpleNamespace(path=Path("/q"), manifest=SimpleNamespace(quantization={"gate": "g"}))
 
-    monkeypatch.setattr(runtime.bundle.quantize, "quantize_bundle", quantize_bundle)
-    monkeypatch.setattr(runtime.bundle.quantize, "gate_summary", lambda q: f"gate {q}")
+    monkeypatch.setattr(runtime.export.quantize, "quantize_bundle", quantize_bundle)
+    monkeypatch.setattr(runtime.export.quantize, "gate_summary", lambda q: f"gate {q}")
     assert main(["quantize", "/b", "--calibration", "/ds", "--out", "/q"]) == 0
     more = ["--max-error", "0.5", "--held-out", "0.5", "--calibration-frames", "64"]
     assert main(["quantize", "/b", "--calibration", "/ds", "--out", "/q", *more]) == 0
@@ -643,11 +644,11 @@ def check(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
             return SimpleNamespace(rss=300 * 2**20 + 3 * 2**17)  # 300.375 MiB
 
     monkeypatch.setattr(runtime.engine.loader, "load_engine", load_engine)
-    monkeypatch.setattr(runtime.engine.loader, "resolve_bundle_path", resolve_bundle_path)
+    monkeypatch.setattr(runtime.export.demo, "resolve_bundle_path", resolve_bundle_path)
     monkeypatch.setattr(runtime.bundle.bundle, "Bundle", Bundle)
     monkeypatch.setattr(psutil, "Process", Process)
     monkeypatch.setattr(runtime.bench.stats, "summarize", lambda times: {"median": 2.5, "p90": 3.0, "times": times})
-    monkeypatch.setattr(runtime.bundle.quantize, "gate_summary", lambda q: f"gate {q}")
+    monkeypatch.setattr(runtime.export.quantize, "gate_summary", lambda q: f"gate {q}")
     return seen
 
 

@@ -19,13 +19,13 @@ import pytest
 import runtime.bench.canary
 import runtime.bench.serve
 import runtime.bench.soak
-import runtime.bundle.demo
 import runtime.client
 import runtime.commands.serve
 import runtime.commands.status
 import runtime.config
 import runtime.daemon
 import runtime.engine.loader
+import runtime.export.demo
 import runtime.server.synthetic
 import runtime.status
 from runtime.cli import build_parser, main
@@ -453,7 +453,7 @@ def engines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(
         runtime.engine.loader, "load_engine", lambda config: made.append(("loaded", config)) or "engine"
     )
-    monkeypatch.setattr(runtime.bundle.demo, "ensure_bundle", lambda name: Path(f"/store/{name}"))
+    monkeypatch.setattr(runtime.export.demo, "ensure_bundle", lambda name: Path(f"/store/{name}"))
     return made
 
 

@@ -65,7 +65,7 @@ def program(name: str) -> bytes:
         return path.read_bytes()
     import torch
 
-    from runtime.bundle.export import lower_program
+    from runtime.export.export import lower_program
 
     model, example = make()
     before = os.sched_getaffinity(0)

@@ -22,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def stack_of(release: str) -> Any:
-    """The Python with LeRobot ``release`` (runtime.bundle.lerobot.stacks), or a skip naming what installs it."""
+    """The Python with LeRobot ``release`` (runtime.export.lerobot.stacks), or a skip naming what installs it."""
     import pytest
 
-    from runtime.bundle.lerobot.stacks import STACK_HINT, find_stack
     from runtime.errors import ExportError
+    from runtime.export.lerobot.stacks import STACK_HINT, find_stack
 
     try:
         return find_stack(release)
@@ -81,7 +81,7 @@ def main(work: Path) -> None:
     import torch
     from lerobot.policies.utils import prepare_observation_for_inference
 
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     spec = json.loads((work / "spec.json").read_text())
     loaded = load_checkpoint(read_checkpoint(spec["checkpoint"]), vlm_dir=spec["vlm"], rtc=spec["rtc"] is not None)

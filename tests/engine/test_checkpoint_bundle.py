@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.bundle.demo import ensure_checkpoint_bundle
 from runtime.bundle.manifest import read_manifest
+from runtime.export.demo import ensure_checkpoint_bundle
 
 CHECKPOINT = ("runtime.policies.lerobot_checkpoints", "act", "tiny")
 

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import read_checkpoint
 from runtime.errors import ExportError
+from runtime.export.lerobot import read_checkpoint
 
 pytestmark = pytest.mark.export
 TINY = str(Path(__file__).resolve().parents[2] / "examples" / "tiny_policy.py") + ":make_tiny_policy"
@@ -40,9 +40,9 @@ def _batched_policy() -> tuple[Any, dict[str, Any]]:
 
 
 def test_batch_of_one_exports_unbatched(tmp_path: Path) -> None:
-    from runtime.bundle.export import export_bundle
     from runtime.engine.config import EngineConfig
     from runtime.engine.loader import LoadReport, load_engine
+    from runtime.export.export import export_bundle
 
     bundle = export_bundle(_batched_policy, tmp_path / "b", policy_name="batched")
     m = bundle.manifest
@@ -66,7 +66,7 @@ def test_batch_of_one_exports_unbatched(tmp_path: Path) -> None:
 def test_batch_mismatch_is_refused_before_torch_export(tmp_path: Path) -> None:
     import torch
 
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     class StateUnbatched(torch.nn.Module):
         def __init__(self, inner: Any) -> None:
@@ -94,7 +94,7 @@ def test_failed_export_leaves_no_partial_bundle_and_keeps_the_old_one(tmp_path: 
     import torch
     from torch import nn
 
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     out = tmp_path / "b"
     export_bundle(TINY, out, policy_name="tiny")
@@ -113,7 +113,7 @@ def test_failed_export_leaves_no_partial_bundle_and_keeps_the_old_one(tmp_path: 
 
 
 def test_eager_failure_is_an_export_error(tmp_path: Path) -> None:
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     def broken() -> tuple[Any, dict[str, Any]]:
         model, example = _batched_policy()
@@ -126,7 +126,7 @@ def test_eager_failure_is_an_export_error(tmp_path: Path) -> None:
 
 
 def test_image_inputs_must_name_inputs(tmp_path: Path) -> None:
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     with pytest.raises(ExportError, match=r"--image-inputs: observation\.images\.wrist is not an input"):
         export_bundle(TINY, tmp_path / "b", image_inputs=("observation.images.wrist",))
@@ -137,7 +137,7 @@ def test_image_inputs_must_name_inputs(tmp_path: Path) -> None:
     [({"observation.wrist": "noise"}, "'observation.wrist': 'noise'"), ({"observation.state": "seed"}, "'seed'")],
 )
 def test_input_roles_must_name_inputs_and_roles(tmp_path: Path, roles: dict[str, str], expected: str) -> None:
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     with pytest.raises(ExportError, match="input roles: expected an input") as err:
         export_bundle(_batched_policy, tmp_path / "b", input_roles=roles)
@@ -146,7 +146,7 @@ def test_input_roles_must_name_inputs_and_roles(tmp_path: Path, roles: dict[str,
 
 
 def test_tolerance_option_is_parsed_and_checked() -> None:
-    from runtime.bundle.export import parse_tolerance
+    from runtime.export.export import parse_tolerance
 
     assert parse_tolerance("f32=1e-4, bf16=0.05") == {"f32": 1e-4, "bf16": 0.05}
     with pytest.raises(ExportError, match="got 'f64=1'"):

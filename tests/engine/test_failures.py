@@ -28,7 +28,7 @@ def mismatch_program() -> bytes:
     import torch
     from torch.export import Dim
 
-    from runtime.bundle.export import lower_program
+    from runtime.export.export import lower_program
 
     class AddScaled(torch.nn.Module):
         def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -189,7 +189,7 @@ def _atan_policy() -> tuple[Any, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def partial_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     return export_bundle(_atan_policy, tmp_path_factory.mktemp("partial") / "b", policy_name="atan").path
 

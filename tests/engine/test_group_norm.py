@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime.bundle.group_norm import GroupNormByStatistics, replace_group_norm  # noqa: E402
+from runtime.export.group_norm import GroupNormByStatistics, replace_group_norm  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,8 +25,8 @@ LOWER_BLOCK = textwrap.dedent(
     """
     import sys, torch
     from torch import nn
-    from runtime.bundle.export import lower_program
-    from runtime.bundle.group_norm import replace_group_norm
+    from runtime.export.export import lower_program
+    from runtime.export.group_norm import replace_group_norm
 
     class Block(nn.Module):
         def __init__(self):
@@ -139,7 +139,7 @@ def test_a_weight_or_a_bias_alone_is_applied_as_group_norm_applies_it() -> None:
 def test_the_rewrite_is_logged_with_its_count(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    caplog.set_level(logging.INFO, logger="runtime.bundle.group_norm")
+    caplog.set_level(logging.INFO, logger="runtime.export.group_norm")
     net = torch.nn.Sequential(torch.nn.GroupNorm(2, 8), torch.nn.GroupNorm(4, 8))
     assert replace_group_norm(net) == 2
     assert caplog.messages == [
@@ -171,7 +171,7 @@ def test_rewritten_block_lowers() -> None:
 
 @pytest.mark.export
 def test_group_norm_after_a_residual_relu_lowers_without_the_rewrite() -> None:
-    """Lowering compiles CPU programs without snippets (runtime/bundle/compile_precision.py), where
+    """Lowering compiles CPU programs without snippets (runtime/export/compile_precision.py), where
     OpenVINO 2025.4.1's tokenizer segfaults on this block with AVX2-only kernels
     (docs/repro/openvino_groupnorm_segfault.py): the plain block lowers on every CPU too."""
     pytest.importorskip("executorch")

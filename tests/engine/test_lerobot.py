@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
+from runtime.export.lerobot import lerobot_available
 
 REASON = lerobot_available()
 pytestmark = [pytest.mark.export, pytest.mark.skipif(REASON is not None, reason=f"needs LeRobot: {REASON}")]
@@ -29,7 +29,7 @@ def lerobot_chunk(checkpoint: Path, observation: dict[str, np.ndarray]) -> np.nd
     import torch
     from lerobot.policies.utils import prepare_observation_for_inference
 
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     loaded = load_checkpoint(read_checkpoint(checkpoint))
     obs = prepare_observation_for_inference({k: v.copy() for k, v in observation.items()}, torch.device("cpu"))
@@ -99,7 +99,7 @@ def test_graph_is_lerobots_pipeline(act_checkpoint: Path) -> None:
     """The module torch.export traces, in eager mode, against LeRobot's own pipeline: no export."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
 
     factory, kwargs = lerobot_export_plan(act_checkpoint)
     graph, example = factory()
@@ -247,8 +247,8 @@ def test_a_checkpoint_without_its_normaliser_or_unnormaliser_is_refused(
     import json
     import shutil
 
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
     from runtime.errors import ExportError
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     checkpoint = tmp_path / "act"
     shutil.copytree(act_checkpoint, checkpoint)
@@ -267,7 +267,7 @@ def test_loading_a_checkpoint_keeps_lerobots_words_off_stdout(
     act_checkpoint: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """stdout belongs to a command's result (``export --json``): what LeRobot prints on loading goes to stderr."""
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     capfd.readouterr()
     load_checkpoint(read_checkpoint(act_checkpoint))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
+from runtime.export.lerobot import lerobot_available
 
 REASON = lerobot_available()
 pytestmark = [pytest.mark.export, pytest.mark.skipif(REASON is not None, reason=f"needs LeRobot: {REASON}")]
@@ -64,7 +64,7 @@ class LeRobotPipeline:
     """LeRobot's own inference on one checkpoint, one episode at a time."""
 
     def __init__(self, checkpoint: Path) -> None:
-        from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+        from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
         self.loaded = load_checkpoint(read_checkpoint(checkpoint))
         self.policy = self.loaded.policy
@@ -128,7 +128,7 @@ def test_graph_matches_lerobot_sampling_with_history(diffusion_checkpoint: Path,
     """The module torch.export traces, in eager mode: two frames and the noise in, LeRobot's chunk out."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
 
     factory, kwargs = lerobot_export_plan(diffusion_checkpoint)
     graph, example = factory()
@@ -154,7 +154,7 @@ def test_graph_matches_lerobot_with_two_cameras(tmp_path: Path) -> None:
     """The cameras stacked as LeRobot stacks them (their order matters once there are two): eager."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
     from runtime.policies.lerobot_checkpoints import write_checkpoint
 
     checkpoint = write_checkpoint(tmp_path / "diffusion", "diffusion", "tiny", cameras=("front", "wrist"))

@@ -1,7 +1,7 @@
 """Checkpoints written by LeRobot 0.6 (its own classes, weights at a trained model's scale), exported and served.
 
 The checkpoints are written in the 0.6 stack's own Python (``make lerobot-stacks``), exported with one
-``export --lerobot`` command here (which traces them in that Python: runtime.bundle.lerobot.stacks),
+``export --lerobot`` command here (which traces them in that Python: runtime.export.lerobot.stacks),
 and the served chunk is compared with what LeRobot 0.6 itself computes (``predict_action_chunk`` in
 that Python, same observation, task and noise), held to the bundle's own tolerance, measured at export.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
+from runtime.export.lerobot import lerobot_available
 from tests.engine.lerobot_release import lerobot_chunks, run_in, stack_of
 
 REASON = lerobot_available()

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
+from runtime.export.lerobot import lerobot_available
 from tests.engine.arithmetic import bundle_tolerance
 
 REASON = lerobot_available() or (
@@ -47,7 +47,7 @@ class LeRobotPipeline:
     """LeRobot's own inference on the checkpoint: preprocessor, predict_action_chunk, postprocessor."""
 
     def __init__(self, checkpoint: Path, vlm: Path) -> None:
-        from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+        from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
         self.loaded = load_checkpoint(read_checkpoint(checkpoint), vlm_dir=vlm)
         self.policy = self.loaded.policy
@@ -132,7 +132,7 @@ def test_graph_is_lerobots_pipeline_with_tasks_and_noise(smolvla_checkpoint: Pat
     """The module torch.export traces, in eager mode, against LeRobot's own pipeline: no export."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
 
     factory, kwargs = lerobot_export_plan(smolvla_checkpoint, vlm_dir=lerobot.vlm)
     graph, example = factory()
@@ -257,8 +257,8 @@ def test_a_vlm_directory_transformers_cannot_load_is_named_with_its_reason(
 ) -> None:
     import shutil
 
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
     from runtime.errors import ExportError
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     broken = tmp_path / "vlm"
     broken.mkdir()
@@ -269,8 +269,8 @@ def test_a_vlm_directory_transformers_cannot_load_is_named_with_its_reason(
 
 
 def test_export_refuses_a_vlm_it_cannot_find_offline(smolvla_checkpoint: Path, tmp_path: Path) -> None:
-    from runtime.bundle.lerobot import lerobot_export_plan
     from runtime.errors import ExportError
+    from runtime.export.lerobot import lerobot_export_plan
 
     with pytest.raises(ExportError, match=r"vlm_model_name.*HuggingFaceTB/SmolVLM2.*--vlm-dir"):
         lerobot_export_plan(smolvla_checkpoint)
@@ -451,7 +451,7 @@ def test_int8_bundle_keeps_the_tokenizer_and_follows_the_task(
 ) -> None:
     """quantize carries the language section and its tokenizer over; the INT8 program reads the task."""
     from runtime.bundle.bundle import Bundle
-    from runtime.bundle.quantize import quantize_bundle
+    from runtime.export.quantize import quantize_bundle
     from runtime.server.tasks import TaskEncoder
     from tests.engine.arithmetic import load_on_this_cpu
 
@@ -500,7 +500,7 @@ def test_a_checkpoints_tokenizer_named_by_hub_id_is_taken_from_the_local_vlm(
     import json
     import shutil
 
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
     from tests.engine.conftest import SMOLVLA_HUB_VLM
 
     checkpoint = tmp_path / "smolvla"

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
+from runtime.export.lerobot import lerobot_available
 from tests.engine.arithmetic import bundle_tolerance
 from tests.engine.conftest import SMOLVLA_RTC
 
@@ -50,7 +50,7 @@ class LeRobotRTC:
     """LeRobot's own RTC inference on the checkpoint."""
 
     def __init__(self, checkpoint: Path) -> None:
-        from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+        from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
         self.loaded = load_checkpoint(read_checkpoint(checkpoint))
         self.policy = self.loaded.policy
@@ -237,7 +237,7 @@ def test_the_graph_is_lerobots_rtc_path(smolvla_rtc_checkpoint: Path, lerobot: L
     import torch
     from lerobot.policies.utils import prepare_observation_for_inference
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
 
     factory, kwargs = lerobot_export_plan(smolvla_rtc_checkpoint)
     graph, example = factory()
@@ -331,8 +331,8 @@ def test_other_schedules_and_caps_are_the_servers_to_choose(
 
 def test_export_rtc_flag_enables_it_on_a_checkpoint_without(smolvla_checkpoint: Path, smolvla_vlm: Path) -> None:
     """``--rtc`` on a checkpoint trained without it: LeRobot's RTC defaults, the same inputs."""
-    from runtime.bundle.lerobot import lerobot_export_plan
     from runtime.bundle.rtc import DEFAULT_EXECUTION_HORIZON, DEFAULT_MAX_GUIDANCE_WEIGHT, DEFAULT_SCHEDULE
+    from runtime.export.lerobot import lerobot_export_plan
 
     _, plain = lerobot_export_plan(smolvla_checkpoint, vlm_dir=smolvla_vlm)
     assert "rtc" not in plain and not {"prefix", "prefix_weights", "guidance"} & set(plain["input_roles"].values())
@@ -350,8 +350,8 @@ def test_export_rtc_flag_enables_it_on_a_checkpoint_without(smolvla_checkpoint: 
 
 
 def test_rtc_is_refused_for_a_policy_it_does_not_apply_to(act_checkpoint: Path) -> None:
-    from runtime.bundle.lerobot import lerobot_export_plan
     from runtime.errors import ExportError
+    from runtime.export.lerobot import lerobot_export_plan
 
     with pytest.raises(ExportError, match=r"--rtc: .*flow-matching policy's sampling \(SmolVLA\); .* is a act policy"):
         lerobot_export_plan(act_checkpoint, rtc=True)
@@ -365,8 +365,8 @@ def test_a_lerobot_whose_guidance_differs_is_refused_before_tracing(smolvla_rtc_
     import torch
     from lerobot.policies.rtc.modeling_rtc import RTCProcessor
 
-    from runtime.bundle.lerobot import lerobot_export_plan
     from runtime.errors import ExportError
+    from runtime.export.lerobot import lerobot_export_plan
 
     original = RTCProcessor.denoise_step
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
 from runtime.bundle.manifest import DEFAULT_TOLERANCE
+from runtime.export.lerobot import lerobot_available
 from tests.engine.lerobot_draws import replayed_draws
 
 REASON = lerobot_available()
@@ -70,7 +70,7 @@ def lerobot_chunk(loaded: Any, obs: dict[str, np.ndarray], noise: dict[str, np.n
 
 @pytest.fixture(scope="module")
 def lerobot(tdmpc_checkpoint: Path) -> Any:
-    from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
     return load_checkpoint(read_checkpoint(tdmpc_checkpoint))
 
@@ -114,7 +114,7 @@ def test_graph_is_lerobots_planner(tdmpc_checkpoint: Path, lerobot: Any) -> None
     """The module torch.export traces, in eager mode, against LeRobot's own planner with the same draws."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
 
     factory, kwargs = lerobot_export_plan(tdmpc_checkpoint)
     graph, example = factory()
@@ -146,7 +146,7 @@ def test_graph_is_lerobots_policy_without_planning_or_with_repeats(
 
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan, load_checkpoint, read_checkpoint
+    from runtime.export.lerobot import lerobot_export_plan, load_checkpoint, read_checkpoint
 
     checkpoint = tmp_path / "tdmpc"
     shutil.copytree(tdmpc_checkpoint, checkpoint)

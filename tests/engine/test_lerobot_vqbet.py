@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
 from runtime.bundle.manifest import DEFAULT_TOLERANCE
+from runtime.export.lerobot import lerobot_available
 from tests.engine.lerobot_draws import replayed_draws
 
 REASON = lerobot_available()
@@ -54,7 +54,7 @@ class LeRobotPipeline:
     """LeRobot's own inference on one checkpoint, one episode at a time."""
 
     def __init__(self, checkpoint: Path) -> None:
-        from runtime.bundle.lerobot import load_checkpoint, read_checkpoint
+        from runtime.export.lerobot import load_checkpoint, read_checkpoint
 
         self.loaded = load_checkpoint(read_checkpoint(checkpoint))
         self.policy = self.loaded.policy
@@ -131,7 +131,7 @@ def test_graph_is_lerobots_model(vqbet_checkpoint: Path, lerobot: LeRobotPipelin
     """The module torch.export traces, in eager mode: two frames and the code noise in, LeRobot's chunk out."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
 
     factory, kwargs = lerobot_export_plan(vqbet_checkpoint)
     graph, example = factory()
@@ -152,7 +152,7 @@ def test_graph_is_lerobots_model_looking_at_one_frame(tmp_path: Path) -> None:
     against LeRobot with the same code draws."""
     import torch
 
-    from runtime.bundle.lerobot import lerobot_export_plan
+    from runtime.export.lerobot import lerobot_export_plan
     from runtime.policies.lerobot_checkpoints import write_checkpoint
 
     checkpoint = write_checkpoint(tmp_path / "vqbet", "vqbet", "tiny", n_obs_steps=1)

@@ -17,9 +17,9 @@ from runtime.bundle.manifest import TestCaseEntry
 from runtime.engine import executorch_engine, loader
 from runtime.engine.config import EngineConfig
 from runtime.engine.executorch_engine import lower_arithmetic_refusal
-from runtime.engine.loader import LoadReport, effective_cache_dir, load_engine, resolve_bundle_path
+from runtime.engine.loader import LoadReport, effective_cache_dir, load_engine
 from runtime.engine.parity import ParityResult
-from runtime.errors import BundleError, ParityError
+from runtime.errors import BundleError, ConfigError, ParityError
 
 STATE = "observation.state"
 ACTION = "action"
@@ -208,24 +208,12 @@ def test_no_cache_dir_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
     assert effective_cache_dir(EngineConfig()) == ""
 
 
-def test_the_bundle_path_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", "/home/robot")
-    assert resolve_bundle_path(EngineConfig(bundle="~/bundles/act")) == Path("/home/robot/bundles/act")
-    assert resolve_bundle_path(EngineConfig(bundle="/srv/act")) == Path("/srv/act")
+def test_no_bundle_is_refused_by_name_and_exports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.export.demo
 
-
-def test_no_bundle_means_the_demo_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime.bundle.demo
-
-    asked: list[str] = []
-
-    def ensure(name: str) -> Path:
-        asked.append(name)
-        return Path("/cache/demo")
-
-    monkeypatch.setattr(runtime.bundle.demo, "ensure_bundle", ensure)
-    assert resolve_bundle_path(EngineConfig()) == Path("/cache/demo")
-    assert asked == ["demo"]
+    monkeypatch.setattr(runtime.export.demo, "ensure_bundle", lambda *a: pytest.fail("the engine exported a bundle"))
+    with pytest.raises(ConfigError, match=r"^engine\.bundle: expected the path of a bundle directory, got none$"):
+        load_engine(EngineConfig())
 
 
 def test_an_empty_report_on_the_wire() -> None:

@@ -40,7 +40,7 @@ def _lower_unchecked(model: Any, example: tuple[Any, ...]) -> Any:
 
 
 def _lower_checked(model: Any, example: tuple[Any, ...]) -> bytes:
-    from runtime.bundle.export import lower_program
+    from runtime.export.export import lower_program
 
     return lower_program(_torch().export.export(model, example), "CPU")
 
@@ -92,7 +92,7 @@ def test_an_output_that_is_an_input_comes_back_wrong_and_is_refused() -> None:
 
 def test_export_refuses_it_before_writing_a_bundle(tmp_path: Path) -> None:
     torch = _torch()
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     def make() -> tuple[Any, dict[str, Any]]:
         return _models()["passthrough"](), {"observation.state": torch.rand(6)}
@@ -132,8 +132,8 @@ def test_int64_cumsum_is_warned_about_and_the_parity_gate_catches_its_wrong_valu
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     torch = _torch()
-    from runtime.bundle.export import export_bundle
     from runtime.engine.loader import load_engine
+    from runtime.export.export import export_bundle
 
     x = torch.tensor([1.0, 2.0, 3.0])
     model = _models()["cumsum"]()
@@ -145,7 +145,7 @@ def test_int64_cumsum_is_warned_about_and_the_parity_gate_catches_its_wrong_valu
         return _models()["cumsum"](), {"x": x}
 
     with (
-        caplog.at_level(logging.WARNING, logger="runtime.bundle.lowering_checks"),
+        caplog.at_level(logging.WARNING, logger="runtime.export.lowering_checks"),
         pytest.raises(ExportError, match="closely enough to be f32 rounding") as err,
     ):
         export_bundle(factory, tmp_path / "refused", action_names=("a", "b", "c"))

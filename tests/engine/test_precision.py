@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from runtime.bundle.bundle import Bundle
-from runtime.bundle.export import export_bundle
 from runtime.bundle.manifest import DEFAULT_TOLERANCE
 from runtime.engine.config import EngineConfig
 from runtime.engine.loader import LoadReport, load_engine
 from runtime.engine.precision import executed_precision, lower_of, ov_precision_name
+from runtime.export.export import export_bundle
 from tests.engine.arithmetic import executorch_arithmetic, executorch_options
 
 pytestmark = pytest.mark.export
@@ -100,7 +100,7 @@ def test_an_f32_program_reports_the_device_arithmetic(tiny_bundles: dict[str, Pa
 def test_lower_keeps_the_precision_of_the_bundle(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
     import shutil
 
-    from runtime.bundle.export import lower_bundle
+    from runtime.export.export import lower_bundle
 
     copy = tmp_path / "b"
     shutil.copytree(tiny_bundles["f32"], copy)

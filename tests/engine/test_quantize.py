@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.bundle.lerobot import lerobot_available
 from runtime.errors import ExportError, ParityError
+from runtime.export.lerobot import lerobot_available
 
 REASON = lerobot_available()
 pytestmark = [pytest.mark.export, pytest.mark.skipif(REASON is not None, reason=f"needs LeRobot: {REASON}")]
@@ -33,7 +33,7 @@ def _record(directory: Path, n: int, seed: int = 0) -> Path:
 
 @pytest.fixture(scope="session")
 def int8_bundle(act_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from runtime.bundle.quantize import quantize_bundle
+    from runtime.export.quantize import quantize_bundle
 
     calib = _record(tmp_path_factory.mktemp("recorded"), 16)
     out = tmp_path_factory.mktemp("bundles") / "act_int8"
@@ -67,7 +67,7 @@ def test_int8_bundle_records_its_gate_and_check_reports_it(
 
 def test_gate_refuses_naming_the_error(act_bundle: Path, int8_bundle: Path) -> None:
     from runtime.bundle.bundle import Bundle
-    from runtime.bundle.quantize import accuracy_gate, load_observations
+    from runtime.export.quantize import accuracy_gate, load_observations
 
     src = Bundle.open(act_bundle)
     held = load_observations(_record(int8_bundle.parent / "held", 4, seed=7), src.manifest)
@@ -81,7 +81,7 @@ def test_gate_refuses_naming_the_error(act_bundle: Path, int8_bundle: Path) -> N
 
 def test_calibration_source_is_checked(act_bundle: Path, tmp_path: Path) -> None:
     from runtime.bundle.bundle import Bundle
-    from runtime.bundle.quantize import load_observations
+    from runtime.export.quantize import load_observations
 
     m = Bundle.open(act_bundle).manifest
     with pytest.raises(ExportError, match=r"holds 2 \.npz observation"):

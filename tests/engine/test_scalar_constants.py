@@ -22,9 +22,9 @@ def test_a_program_with_a_0d_bf16_constant_lowers_and_computes_with_its_value() 
     import openvino as ov
     from openvino.frontend.pytorch import fx_decoder
 
-    from runtime.bundle.export import lower_program
     from runtime.bundle.pte import parse_program
     from runtime.engine.openvino_engine import import_blob
+    from runtime.export.export import lower_program
 
     x = torch.arange(1, 5, dtype=torch.float32)
     exported = torch.export.export(Scaled().eval(), (x,))

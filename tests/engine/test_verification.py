@@ -182,7 +182,7 @@ class Drift(torch.nn.Module):  # type: ignore[misc]
 @pytest.fixture(scope="module")
 def drift_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The drifting program (Drift) as a bundle."""
-    from runtime.bundle.export import export_bundle
+    from runtime.export.export import export_bundle
 
     path = tmp_path_factory.mktemp("drift") / "bundle"
     with warnings.catch_warnings():
@@ -196,8 +196,8 @@ def drift_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.export
 def test_the_export_refuses_a_program_that_goes_wrong_later_and_writes_nothing(tmp_path: Path) -> None:
-    from runtime.bundle.export import export_bundle
     from runtime.errors import ExportError
+    from runtime.export.export import export_bundle
 
     with warnings.catch_warnings(), pytest.raises(ExportError) as err:
         warnings.filterwarnings("ignore", message="Mutation on a buffer")

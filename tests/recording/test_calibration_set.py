@@ -58,7 +58,7 @@ def _dataset(root: Path, episodes: tuple[int, ...], size: tuple[int, int] = (96,
 
 def test_a_lerobot_dataset_is_a_calibration_source(demo_bundle: Path, tmp_path: Path) -> None:
     from runtime.bundle.bundle import Bundle
-    from runtime.bundle.quantize import load_observations
+    from runtime.export.quantize import load_observations
 
     states = _dataset(tmp_path / "ds", (10, 6))
     m = Bundle.open(demo_bundle).manifest
@@ -79,7 +79,7 @@ def test_a_policy_with_history_gets_its_frames_from_the_dataset(demo_bundle: Pat
 
     from runtime.bundle.bundle import Bundle
     from runtime.bundle.manifest import TensorSpec
-    from runtime.bundle.quantize import load_observations
+    from runtime.export.quantize import load_observations
 
     states = _dataset(tmp_path / "ds", (5,))
     m = Bundle.open(demo_bundle).manifest
@@ -95,8 +95,8 @@ def test_a_policy_with_history_gets_its_frames_from_the_dataset(demo_bundle: Pat
 
 def test_a_dataset_that_does_not_fit_the_policy_is_refused_naming_the_frame(demo_bundle: Path, tmp_path: Path) -> None:
     from runtime.bundle.bundle import Bundle
-    from runtime.bundle.quantize import load_observations
     from runtime.errors import ExportError
+    from runtime.export.quantize import load_observations
 
     _dataset(tmp_path / "ds", (4, 4), size=(48, 64))
     with pytest.raises(ExportError) as err:

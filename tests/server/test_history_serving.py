@@ -45,9 +45,9 @@ def expected(old: np.ndarray, new: np.ndarray, noise: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("executorch")
-    from runtime.bundle.export import export_bundle
     from runtime.engine.config import EngineConfig
     from runtime.engine.loader import load_engine
+    from runtime.export.export import export_bundle
 
     out = tmp_path_factory.mktemp("bundles") / "history"
     before = os.sched_getaffinity(0)

@@ -143,11 +143,11 @@ def test_a_second_input_with_a_prefix_role_is_refused() -> None:
 
 
 def test_weights_follow_lerobots_get_prefix_weights() -> None:
-    from runtime.bundle.lerobot import lerobot_available
+    from runtime.export.lerobot import lerobot_available
 
     if lerobot_available() is not None:
         pytest.skip(f"needs LeRobot: {lerobot_available()}")
-    from runtime.bundle.lerobot import import_lerobot
+    from runtime.export.lerobot import import_lerobot
 
     import_lerobot()
     from lerobot.configs.types import RTCAttentionSchedule

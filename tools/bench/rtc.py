@@ -50,7 +50,7 @@ def rtc_bundle(train_steps: int = TRAIN_STEPS) -> Path:
     """The benchmark's SmolVLA bundle, built once into the bundle store (a few minutes: training and
     export, each in a process of its own) and reused while it is current."""
     from drivers.calibration import SO101_JOINTS
-    from runtime.bundle.demo import ensure_checkpoint_bundle
+    from runtime.export.demo import ensure_checkpoint_bundle
 
     return ensure_checkpoint_bundle(
         BUNDLE,

@@ -41,7 +41,7 @@ def field_bundle() -> Path:
     default sizes and random weights, exported with ``export --lerobot`` once into the bundle store
     and reused while it is current (same lerobot-runtime and OpenVINO versions)."""
     from drivers.calibration import SO101_JOINTS
-    from runtime.bundle.demo import ensure_checkpoint_bundle
+    from runtime.export.demo import ensure_checkpoint_bundle
 
     return ensure_checkpoint_bundle(
         FIELD_BUNDLE,

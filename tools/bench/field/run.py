@@ -402,8 +402,8 @@ def run_field_bench(
     starts); ``keep``: copy the run's files there at the end (config, daemon log, servo logs, flight
     recording, dataset); ``pty_boost``: the kernel's pty workers at SCHED_FIFO 1 for the run
     (:class:`~tools.bench.field.machine.PtyWorkerBoost`)."""
-    from runtime.bundle.demo import ensure_bundle
     from runtime.client import PolicyClient
+    from runtime.export.demo import ensure_bundle
 
     settings = Settings(
         seconds=seconds,
