@@ -674,9 +674,9 @@ def test_check_loads_with_the_options_given_times_the_runs_and_reports_as_json(
         ("resolve", "/b"),
         ("open", Path("/bundles/act"), True),
         (
-            "load",
+            "load",  # the bundle opened is the one loaded
             EngineConfig(
-                bundle="/b",
+                bundle="/bundles/act",
                 engine="openvino",
                 devices=("CPU",),
                 precision="bf16",
@@ -732,7 +732,7 @@ def test_check_runs_at_least_once_with_the_defaults(check: SimpleNamespace, caps
     assert main(["check", "--runs", "0", "--accept-lower-arithmetic", "--json"]) == 0
     assert check.calls[2] == (
         "load",
-        EngineConfig(bundle="", parity_runs=16, allow_parity_failure=True, accept_lower_arithmetic=True),
+        EngineConfig(bundle="/bundles/act", parity_runs=16, allow_parity_failure=True, accept_lower_arithmetic=True),
     )
     assert [c for c in check.calls if c[0] == "infer"] == [("infer", "case inputs")]
     assert json.loads(capsys.readouterr().out)["latency_ms"]["runs"] == 1

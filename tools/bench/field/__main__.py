@@ -47,12 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="make every encoder sleep this long per frame: one too slow to keep up (default 0)",
     )
     b.add_argument(
-        "--control-process",
-        choices=["own", "thread"],
-        help="the daemon's control.process: the loop in the arm's own process or a thread of the daemon "
-        "(default: the daemon's default)",
-    )
-    b.add_argument(
         "--no-pty-boost",
         dest="pty_boost",
         action="store_false",
@@ -77,7 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             floor_s=args.floor_seconds,
             codec=args.codec,
             kill=args.kill,
-            control_process=args.control_process,
             encoder_delay_ms=args.encoder_delay_ms,
         )
     except ValueError as e:
@@ -90,7 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill=args.kill,
         floor_s=args.floor_seconds,
         codec=args.codec,
-        control_process=args.control_process,
         keep=args.keep,
         encoder_delay_ms=args.encoder_delay_ms,
         pty_boost=args.pty_boost,

@@ -64,7 +64,6 @@ def daemon_config(
     cameras: list[Any],
     seconds: float,
     codec: str,
-    control_process: str | None,
     encoder_delay_ms: float = 0.0,
 ) -> Path:
     """``workdir/config.toml``: the daemon on ``bundle``, its arm the simulated chain on ``port``, one
@@ -90,7 +89,6 @@ calibration = {_q(calibration_path())}
 [control]
 rate_hz = {RATE_HZ}
 recorder_s = {seconds + 120:g}     # the flight recorder holds the whole run (control dump)
-{f"process = {_q(control_process)}" if control_process else ""}
 
 {streams}[control.safety]
 max_first_step_deg = 360.0         # random weights act anywhere; the envelope still bounds every goal

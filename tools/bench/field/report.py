@@ -61,7 +61,6 @@ def build_report(work: Workload, window: Window, episode: Episode, kill: Kill | 
                 "floor_writer": ends.floor_writer["scheduling"] if ends.floor_writer else None,
             },
             "control_cpu": work.control_cpu,
-            "control_process": s.control_process or "the daemon's default",
             # other work on the machine (1-minute load average), at the start and the end of the window
             "loadavg": list(window.loadavg),
             "daemon_scheduling": window.daemon_scheduling,

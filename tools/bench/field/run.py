@@ -49,14 +49,13 @@ DUMP_TIMEOUT_S = 15.0
 class Settings:
     """What a run is asked for, checked: ``seconds`` measured, ``floor_s`` of the simulator's floor
     beside them, the recording's ``codec``, ``kill``: then SIGKILL the daemon while the station or the
-    policy drives, the daemon's ``control_process`` (None: its default), ``encoder_delay_ms``: every
+    policy drives, ``encoder_delay_ms``: every
     encoder sleeps this long per frame (``[recording] encoder_delay_ms``: one that cannot keep up)."""
 
     seconds: float = 60.0
     floor_s: float = 10.0
     codec: str = "auto"
     kill: KillCase | None = None
-    control_process: str | None = None
     encoder_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
@@ -108,7 +107,6 @@ class Workload:
             self.cameras,
             s.seconds,
             s.codec,
-            s.control_process,
             s.encoder_delay_ms,
         )
         runtime_cmd = [sys.executable, "-m", "runtime", "--log-level"]
@@ -389,7 +387,6 @@ def run_field_bench(
     kill: KillCase | None = None,
     floor_s: float = 10.0,
     codec: str = "auto",
-    control_process: str | None = None,
     keep: str | None = None,
     encoder_delay_ms: float = 0.0,
     pty_boost: bool = True,
@@ -397,10 +394,10 @@ def run_field_bench(
     """Run the field workload for ``seconds`` and return the report (see :mod:`tools.bench.field`).
 
     ``bundle``: serve this bundle (default: :func:`~tools.bench.field.config.field_bundle`; ``demo``:
-    the small demo bundle); ``kill``, ``floor_s``, ``codec``, ``control_process`` and
-    ``encoder_delay_ms``: as :class:`Settings` says (a bad value raises ValueError before anything
-    starts); ``keep``: copy the run's files there at the end (config, daemon log, servo logs, flight
-    recording, dataset); ``pty_boost``: the kernel's pty workers at SCHED_FIFO 1 for the run
+    the small demo bundle); ``kill``, ``floor_s``, ``codec`` and ``encoder_delay_ms``: as
+    :class:`Settings` says (a bad value raises ValueError before anything starts); ``keep``: copy the
+    run's files there at the end (config, daemon log, servo logs, flight recording, dataset);
+    ``pty_boost``: the kernel's pty workers at SCHED_FIFO 1 for the run
     (:class:`~tools.bench.field.machine.PtyWorkerBoost`)."""
     from runtime.client import PolicyClient
     from runtime.export.demo import ensure_bundle
@@ -410,7 +407,6 @@ def run_field_bench(
         floor_s=floor_s,
         codec=codec,
         kill=kill,
-        control_process=control_process,
         encoder_delay_ms=encoder_delay_ms,
     )
     path = Path(bundle) if bundle else ensure_bundle("demo") if demo else field_bundle()

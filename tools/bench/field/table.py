@@ -21,7 +21,7 @@ def format_table(r: dict[str, Any]) -> str:
         f"{len(r['cameras'])} camera(s) {r['cameras'][0]['width']}x{r['cameras'][0]['height']} at "
         f"{r['cameras'][0]['fps']:g} fps",
         f"CPU: {r['cpu']}, {r['cpus']} CPUs; flags: {' '.join(r['cpu_flags']) or 'none of avx2/avx512'}",
-        f"scheduling: loop {r['scheduling']['control_loop']} (control.process: {r['control_process']}); "
+        f"scheduling: loop {r['scheduling']['control_loop']} (the arm process); "
         f"servo simulator {r['scheduling']['servo_simulator']}, pty workers {r.get('pty_workers', '-')}; "
         f"machine load average {r['loadavg'][0]} -> "
         f"{r['loadavg'][1]}",
