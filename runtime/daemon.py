@@ -75,6 +75,7 @@ class Daemon:
         self._last_auto_dump = -math.inf
         self._control_state: tuple[str, str | None, str | None] = ("idle", None, None)
         self._verification_failure: str | None = None
+        self._gate_pending: str | None = None
         self.should_exit = False
         self.force_exit = False
         self.failed = False
@@ -95,7 +96,8 @@ class Daemon:
         from runtime.engine.loader import load_engine
         from runtime.export.demo import with_bundle
 
-        return load_engine(with_bundle(self.config.engine))
+        # READY once the gate's first replays passed; the inference worker runs the rest before serving
+        return load_engine(with_bundle(self.config.engine), staged=True)
 
     # --- signals -----------------------------------------------------------------------------
 
@@ -369,6 +371,12 @@ class Daemon:
             self._verification_failure = failure
             if failure:
                 self.notifier.status(f"VERIFICATION FAILED, serving no chunks until a reload: {failure}")
+        pending = self.server.gate_pending if self.server is not None else None
+        if pending != self._gate_pending:
+            # the rest of a staged parity gate ran out: systemctl status says the policy now serves
+            self._gate_pending = pending
+            if not pending and not failure and self.server is not None:
+                self.notifier.status(self._serving_status())
         if loop is not None:
             state = (loop.snapshot().mode, loop.estop_reason, loop.death)
             if state != self._control_state:
@@ -445,7 +453,9 @@ class Daemon:
         assert self.server is not None
         info = self.server.info
         where = ", ".join(self.server.bound_endpoints)
-        return f"serving {info.policy_name} on {info.device}/{info.precision} at {where}"
+        pending = self.server.gate_pending
+        after = f"; {pending}, the first chunk after it" if pending else ""
+        return f"serving {info.policy_name} on {info.device}/{info.precision} at {where}{after}"
 
     # --- reload (SIGHUP) -----------------------------------------------------------------------
 
