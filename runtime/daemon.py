@@ -4,7 +4,8 @@ Shaped like uvicorn's ``Server``: signal handlers only set flags; the main threa
 ``daemon.tick_s`` and does periodic work in :meth:`Daemon.on_tick` (systemd watchdog, stats log
 line); the first SIGINT/SIGTERM asks for a graceful stop (queued infers may finish within
 ``daemon.graceful_timeout_s``), a second SIGINT forces it. systemd hears READY=1 only once the
-engine is loaded, its parity gate passed and every socket is bound. SIGHUP reloads what can be
+engine is loaded, the first ``engine.ready_runs`` replays of its parity gate passed (the inference
+worker runs the rest before the first chunk) and every socket is bound. SIGHUP reloads what can be
 reloaded in place (see :mod:`runtime.reload`) and logs what needs a restart.
 """
 
