@@ -4,7 +4,8 @@ Shaped like uvicorn's ``Server``: signal handlers only set flags; the main threa
 ``daemon.tick_s`` and does periodic work in :meth:`Daemon.on_tick` (systemd watchdog, stats log
 line); the first SIGINT/SIGTERM asks for a graceful stop (queued infers may finish within
 ``daemon.graceful_timeout_s``), a second SIGINT forces it. systemd hears READY=1 only once the
-engine is loaded, its parity gate passed and every socket is bound. SIGHUP reloads what can be
+engine is loaded, the first ``engine.ready_runs`` replays of its parity gate passed (the inference
+worker runs the rest before the first chunk) and every socket is bound. SIGHUP reloads what can be
 reloaded in place (see :mod:`runtime.reload`) and logs what needs a restart.
 """
 
@@ -75,6 +76,7 @@ class Daemon:
         self._last_auto_dump = -math.inf
         self._control_state: tuple[str, str | None, str | None] = ("idle", None, None)
         self._verification_failure: str | None = None
+        self._gate_pending: str | None = None
         self.should_exit = False
         self.force_exit = False
         self.failed = False
@@ -95,7 +97,8 @@ class Daemon:
         from runtime.engine.loader import load_engine
         from runtime.export.demo import with_bundle
 
-        return load_engine(with_bundle(self.config.engine))
+        # READY once the gate's first replays passed; the inference worker runs the rest before serving
+        return load_engine(with_bundle(self.config.engine), staged=True)
 
     # --- signals -----------------------------------------------------------------------------
 
@@ -369,6 +372,12 @@ class Daemon:
             self._verification_failure = failure
             if failure:
                 self.notifier.status(f"VERIFICATION FAILED, serving no chunks until a reload: {failure}")
+        pending = self.server.gate_pending if self.server is not None else None
+        if pending != self._gate_pending:
+            # the rest of a staged parity gate ran out: systemctl status says the policy now serves
+            self._gate_pending = pending
+            if not pending and not failure and self.server is not None:
+                self.notifier.status(self._serving_status())
         if loop is not None:
             state = (loop.snapshot().mode, loop.estop_reason, loop.death)
             if state != self._control_state:
@@ -445,7 +454,9 @@ class Daemon:
         assert self.server is not None
         info = self.server.info
         where = ", ".join(self.server.bound_endpoints)
-        return f"serving {info.policy_name} on {info.device}/{info.precision} at {where}"
+        pending = self.server.gate_pending
+        after = f"; {pending}, the first chunk after it" if pending else ""
+        return f"serving {info.policy_name} on {info.device}/{info.precision} at {where}{after}"
 
     # --- reload (SIGHUP) -----------------------------------------------------------------------
 

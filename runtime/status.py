@@ -58,8 +58,22 @@ def gather(info: PolicyInfo, stats: StatsSnapshot) -> dict[str, Any]:
         },
         "latency_ms": {k: v.to_wire() for k, v in stats.latency_ms.items()},
         "arm": dict(stats.arm) if stats.arm is not None else None,
+        # a staged load's parity gate: its replays passed of all; nothing is served before all passed
+        "gate": dict(stats.verification.get("gate") or {}) or None,
         "versions": dict(info.versions),
     }
+
+
+def gate_lines(gate: dict[str, Any] | None) -> list[str]:
+    """The parity gate's line while the rest of a staged gate runs or once it failed (none once passed)."""
+    if not gate:
+        return []
+    if gate.get("failure"):
+        return [f"gate       FAILED, serving nothing until the policy is loaded again: {gate['failure']}"]
+    if not gate.get("done"):
+        passed, runs = gate.get("passed"), gate.get("runs")
+        return [f"gate       {passed} of {runs} parity replays passed; nothing is served before all"]
+    return [f"gate       passed, all {gate.get('runs')} parity replays"]
 
 
 def format_status(s: dict[str, Any]) -> str:
@@ -68,6 +82,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"engine     {s['engine']} on {s['device']}/{s['precision']}, {s['threads']} threads, "
         f"CPUs allowed {s['cpus_allowed']}, inference ran on "
         + (", ".join(f"CPU {c} ({n}x)" for c, n in s["cpus_observed"].items()) or "no CPU yet (no inference)"),
+        *gate_lines(s.get("gate")),
         f"uptime     {s['uptime_s']:.0f} s; clients in the last minute: {s['clients']}",
         "requests   " + counts_text(s["requests"], s.get("local_requests"))
         + "; errors " + counts_text(s["errors"], s.get("local_errors")),

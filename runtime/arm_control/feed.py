@@ -27,6 +27,9 @@ class Inference(Protocol):
     ) -> bool: ...
     def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None: ...
     def failure(self) -> str | None: ...
+    def pending(self) -> str | None:
+        """What the policy still proves before it may be asked (the rest of the parity gate), or None."""
+        ...
 
 
 def describe_stale(stale: list[tuple[str, float | None]], streams: ObservationStreams) -> str:
@@ -98,6 +101,9 @@ class StreamFeed:
         failure = self.inference.failure()
         if failure:
             return Blocked("untrusted", f"policy not trusted: {failure}")
+        pending = self.inference.pending()
+        if pending:
+            return Blocked("gate", f"policy not proven yet: {pending}")
         return None
 
     def lost(self) -> str | None:

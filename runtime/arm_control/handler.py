@@ -54,6 +54,10 @@ class ServerInference:
         failure: str | None = getattr(self.server, "verification_failure", None)
         return failure
 
+    def pending(self) -> str | None:
+        pending: str | None = getattr(self.server, "gate_pending", None)
+        return pending
+
 
 class LoopControl:
     def __init__(
@@ -99,6 +103,15 @@ class LoopControl:
             raise ControlRefusedError(
                 f"{kind}: this daemon reads no leader of its own ([teleop] leader_port is empty); "
                 "a station takes over with lerobot-runtime teleop",
+                field="kind",
+                request_id=request.id,
+            )
+        pending = self.inference.pending() if self.inference is not None else None
+        if pending and command == "start":
+            # teleop and everything else works meanwhile; the policy's first chunk waits for the whole gate
+            raise ControlRefusedError(
+                f"{kind}: {pending}; the policy is asked only once it has passed (a few seconds after "
+                "start-up): start again then",
                 field="kind",
                 request_id=request.id,
             )

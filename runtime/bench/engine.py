@@ -2,8 +2,8 @@
 
 Timings are interleaved (one call of each candidate per round) so load on a shared machine hits them
 alike; the numbers that matter are the ratios, not the absolute milliseconds. Cold start is measured
-in a fresh process (``lerobot-runtime check --engine openvino``), which also reports whether torch
-was imported on that path.
+in a fresh process per engine (:mod:`runtime.bench.start`), phase by phase, staged as the daemon starts
+and with the whole gate before ready; it also reports whether torch was imported on that path.
 """
 
 from __future__ import annotations
@@ -33,43 +33,27 @@ from runtime.errors import BundleError
 log = logging.getLogger(__name__)
 
 
-def cold_start(bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = "openvino") -> dict[str, Any]:
-    """Load ``bundle`` with ``engine`` in a fresh process: time to ready, resident memory, torch or not."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "runtime",
-        "--log-level",
-        "WARNING",
-        "check",
-        str(bundle),
-        "--engine",
-        engine,
-        "--runs",
-        "3",
-        "--json",
-        # what each engine costs to start, whatever arithmetic this CPU gives it
-        "--accept-lower-arithmetic",
-    ]
+def cold_start(
+    bundle: Path, cpus: tuple[int, ...], threads: int, engine: str = "openvino", whole_gate: bool = False
+) -> dict[str, Any]:
+    """Start ``bundle`` with ``engine`` in a fresh process (:mod:`runtime.bench.start`): each phase to ready
+    and to the first chunk, resident memory, torch or not. ``whole_gate``: every parity replay before
+    ready, as the daemon started before it ran the last ones after."""
+    cmd = [sys.executable, "-m", "runtime.bench.start", str(bundle), "--engine", engine]
     if cpus:
         cmd += ["--cpus", ",".join(map(str, cpus))]
     if threads:
         cmd += ["--threads", str(threads)]
+    if whole_gate:
+        cmd.append("--whole-gate")
     t = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run([*cmd, "--launched-at", repr(time.time())], capture_output=True, text=True, check=False)
     wall = (time.perf_counter() - t) * 1e3
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-2000:] or out.stdout.strip()}
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    return {
-        "ready_ms": result["timing_ms"]["ready"],
-        "load_ms": result["timing_ms"]["load"],
-        "parity_ms": result["timing_ms"]["parity"],
-        "warmup_ms": result["timing_ms"]["warmup"],
-        "process_wall_ms": wall,
-        "rss_mb": result["rss_mb"],
-        "torch_imported": result["torch_imported"],
-    }
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process_wall_ms"] = wall
+    return result
 
 
 def _kept_bundle(path: Path, precision: str) -> Bundle | None:
@@ -303,7 +287,12 @@ def run_engine_bench(
                 }
             )
         f32 = bundles["f32"].path
-        cs = {e: cold_start(f32, tuple(cpu_set), n_threads, e) for e in ("openvino", "executorch")}
+        # the start as the daemon makes it, beside the whole gate before ready, one fresh process each
+        cs = {
+            f"{e}{' whole gate' if whole else ''}": cold_start(f32, tuple(cpu_set), n_threads, e, whole)
+            for e in ("openvino", "executorch")
+            for whole in (True, False)
+        }
         sizes = {p: sum(f.stat().st_size for f in b.path.iterdir()) / 1e6 for p, b in bundles.items()}
     return {
         "source": lerobot or factory,

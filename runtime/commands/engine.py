@@ -419,15 +419,36 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
         for name, reason in result["refused"].items():
             print(f"{name:<24} refused: {reason}")
         print(f"errors in units of {result['rows'][0]['error_units']}")
-        for name, cs in result["cold_start"].items():  # one fresh process per engine
-            if "error" in cs:
-                print(f"cold start ({name} engine, fresh process): failed: {cs['error']}")
-            else:
-                print(
-                    f"cold start ({name} engine, fresh process): ready in {cs['ready_ms']:.0f} ms, "
-                    f"process wall {cs['process_wall_ms']:.0f} ms, torch imported: {cs['torch_imported']}"
-                )
+        for name, cs in result["cold_start"].items():  # one fresh process each
+            print(cold_start_line(name, cs))
     return 0
+
+
+def cold_start_line(name: str, cs: dict[str, Any]) -> str:
+    """One cold-start row of ``bench engine``: ready and first chunk, and where the time went."""
+    if "error" in cs:
+        return f"cold start ({name}, fresh process): failed: {cs['error']}"
+    ms = cs["ms"]
+    phases = ", ".join(
+        f"{label} {ms[key]:.0f}"
+        for key, label in (
+            ("interpreter", "interpreter"),
+            ("import", "imports"),
+            ("open", "bundle open"),
+            ("compile", "compile"),
+            ("replays_before_ready", f"{cs['replays_before_ready']} replays"),
+            ("warmup", "warm-up"),
+            ("tokenizer", "tokenizer"),
+        )
+        if key != "tokenizer" or ms[key]
+    )
+    after = cs["replays"] - cs["replays_before_ready"]
+    return (
+        f"cold start ({name}, fresh process): ready in {ms['ready']:.0f} ms ({phases}); first chunk at "
+        f"{ms['first_chunk']:.0f} ms ({after} replays after ready {ms['replays_after_ready']:.0f}); "
+        f"parity {'ok' if cs['parity_ok'] else 'FAILED'}; {cs['rss_mb']:.0f} MiB; torch imported: "
+        f"{cs['torch_imported']}"
+    )
 
 
 def _units(units: str) -> str:

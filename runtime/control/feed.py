@@ -27,7 +27,7 @@ OnDone = Callable[[np.ndarray | None, str | None], None]
 @dataclass(frozen=True, slots=True)
 class Blocked:
     """Why the policy may not be asked now: ``key`` names the cause (``stale:front,wrist``,
-    ``untrusted``, ``daemon``) so a change of cause drops the plan; ``reason`` is for the log."""
+    ``untrusted``, ``gate``, ``daemon``) so a change of cause drops the plan; ``reason`` is for the log."""
 
     key: str
     reason: str

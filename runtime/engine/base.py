@@ -10,13 +10,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from runtime.bundle.bundle import TestCase
 from runtime.bundle.manifest import Manifest
 from runtime.engine.validate import validate_inputs
+
+if TYPE_CHECKING:
+    from runtime.engine.parity import PendingGate
 
 EngineName = Literal["openvino", "executorch"]
 
@@ -51,6 +54,8 @@ class Engine(ABC):
         self.info = info
         # the bundle's test case once the parity gate passed on this engine: the serving canary replays it
         self.test_case: TestCase | None = None
+        # the replays of that gate still to run before it computes anything else (a staged load), or None
+        self.pending_gate: PendingGate | None = None
 
     def infer(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Validate ``inputs`` against the manifest, run the program, return outputs by name.

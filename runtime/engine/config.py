@@ -20,7 +20,10 @@ class EngineConfig:
     inference CPU set (empty: every CPU but the control-loop CPU); ``threads`` 0 means one per CPU of
     that set. ``precision`` "auto" keeps the precision the program was lowered with. The parity
     gate replays the test case ``parity_runs`` times in a row (the first is the cold inference), each
-    result checked; ``warmup_runs`` more follow before the engine is ready.
+    result checked; ``warmup_runs`` more follow before the engine is ready. The daemon is ready once the
+    first ``ready_runs`` of them passed (the cold one and one warm one, by default): the inference
+    worker runs the others before it serves anything, so no chunk is computed before the whole gate
+    passed, and they are the warm-up.
     ``accept_lower_arithmetic``: let the executorch engine serve a program at the device's default
     arithmetic when that is less exact than the program (an f32 program on a CPU with native bf16,
     where ExecuTorch 1.5.1's backend cannot ask OpenVINO for f32); held to that precision's tolerance.
@@ -37,6 +40,7 @@ class EngineConfig:
     cache_dir: str = ""
     warmup_runs: int = 1
     parity_runs: int = 16
+    ready_runs: int = 2
     allow_parity_failure: bool = False
     accept_lower_arithmetic: bool = False
 
@@ -52,5 +56,10 @@ class EngineConfig:
             raise ConfigError(f"engine.warmup_runs: expected >= 0, got {self.warmup_runs}")
         if self.parity_runs < 1:
             raise ConfigError(f"engine.parity_runs: expected >= 1 replays of the test case, got {self.parity_runs}")
+        if self.ready_runs < 1:
+            raise ConfigError(
+                f"engine.ready_runs: expected >= 1 replays of the test case before the daemon is ready, got "
+                f"{self.ready_runs}"
+            )
         if any(c < 0 for c in self.cpus) or len(set(self.cpus)) != len(self.cpus):
             raise ConfigError(f"engine.cpus: expected distinct CPU numbers >= 0, got {list(self.cpus)}")

@@ -19,7 +19,7 @@ from runtime.engine.base import Engine
 from runtime.engine.config import EngineConfig
 from runtime.engine.devices import choose_device, cpu_flags, present_devices
 from runtime.engine.openvino_engine import OpenVINOEngine, direct_engine_refusal
-from runtime.engine.parity import ParityResult, run_parity
+from runtime.engine.parity import ParityResult, PendingGate, run_parity
 from runtime.errors import BundleError, ConfigError, ParityError
 from runtime.versions import package_version
 
@@ -79,12 +79,16 @@ def parity_remedy(manifest: Manifest) -> str:
     return f"Nothing in the bundle can change this on this machine; {override}"
 
 
-def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> Engine:
+def load_engine(config: EngineConfig, *, report: LoadReport | None = None, staged: bool = False) -> Engine:
     """Load the configured bundle, prove it against its test case and warm it up.
 
     Pins the calling thread to the inference CPU set first: run this on the thread that will run
     inference (threads OpenVINO starts inherit the set). Raises :class:`ParityError` when the program
     does not match its reference and ``allow_parity_failure`` is off.
+
+    ``staged``: return once the first ``ready_runs`` replays passed, the others left in the engine's
+    ``pending_gate`` for the caller to run before the engine computes anything else (the inference
+    worker does, before its first request); they are then the warm-up too. Off: the whole gate here.
     """
     report = report if report is not None else LoadReport()
     if not config.bundle:
@@ -115,6 +119,7 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
         )
     data = bundle.map_program(device)
     method = parse_program(data, str(path / entry.file))["forward"]
+    t_open = time.perf_counter()  # the bundle verified, its program mapped and read
     precision = entry.precision if config.precision == "auto" else config.precision
     # an INT8 program whose gate ran its float layers at f32 because OpenVINO crashed at the default
     forced = manifest.int8_float_precision if entry.precision == "int8" and config.precision == "auto" else None
@@ -196,12 +201,22 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
     )
 
     case = bundle.test_case()
-    parity = run_parity(engine, case, config.parity_runs)
+    # a gate that may fail and still serve is run whole: what it accepts becomes the canary's baseline
+    first = min(config.ready_runs, config.parity_runs) if staged and not config.allow_parity_failure else 0
+    first = first if first < config.parity_runs else 0
+    parity = run_parity(engine, case, first or config.parity_runs)
+    if first and not parity.ok:
+        parity = replace(parity, runs=config.parity_runs)  # "on replay 2 of 16": the gate's replay it was
     t2 = time.perf_counter()
     report.parity = parity
     tolerance_said = manifest.test_case.describe_tolerance(case_precision(engine))
     if parity.ok:
-        log.info("parity ok: %s; tolerance %s", parity.describe(), tolerance_said)
+        log.info(
+            "parity ok%s: %s; tolerance %s",
+            f" so far (the first {first} of {config.parity_runs} replays)" if first else "",
+            parity.describe(),
+            tolerance_said,
+        )
     elif config.allow_parity_failure:
         # the canary holds the program to what it computes now: it watches for drift, and does not refuse a
         # few seconds later the error accepted here
@@ -224,22 +239,38 @@ def load_engine(config: EngineConfig, *, report: LoadReport | None = None) -> En
             f"tolerance {tolerance_said}. {parity_remedy(manifest)}"
         )
     engine.test_case = case
-    for _ in range(config.warmup_runs):
-        engine.infer(case.inputs)
+    if first:
+        engine.pending_gate = PendingGate(engine, case, first, config.parity_runs, parity)
+    else:
+        for _ in range(config.warmup_runs):
+            engine.infer(case.inputs)
     t3 = time.perf_counter()
     report.timing_ms = {
+        "open": (t_open - t0) * 1e3,
+        "compile": (t1 - t_open) * 1e3,  # the backend's import of the program (OpenVINO's blob import)
         "load": (t1 - t0) * 1e3,
         "parity": (t2 - t1) * 1e3,
         "warmup": (t3 - t2) * 1e3,
         "ready": (t3 - t0) * 1e3,
     }
-    log.info(
-        "ready in %.0f ms (load %.0f, parity %d runs %.0f, warm-up %d runs %.0f)",
-        report.timing_ms["ready"],
-        report.timing_ms["load"],
-        config.parity_runs,
-        report.timing_ms["parity"],
-        config.warmup_runs,
-        report.timing_ms["warmup"],
-    )
+    if first:
+        log.info(
+            "ready in %.0f ms (load %.0f, parity %d of %d runs %.0f); the other %d replays run before the first chunk",
+            report.timing_ms["ready"],
+            report.timing_ms["load"],
+            first,
+            config.parity_runs,
+            report.timing_ms["parity"],
+            config.parity_runs - first,
+        )
+    else:
+        log.info(
+            "ready in %.0f ms (load %.0f, parity %d runs %.0f, warm-up %d runs %.0f)",
+            report.timing_ms["ready"],
+            report.timing_ms["load"],
+            config.parity_runs,
+            report.timing_ms["parity"],
+            config.warmup_runs,
+            report.timing_ms["warmup"],
+        )
     return engine

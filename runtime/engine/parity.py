@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -141,8 +141,22 @@ def check_once(engine: Engine, case: TestCase) -> ParityResult:
 
 def run_parity(engine: Engine, case: TestCase, runs: int = 1) -> ParityResult:
     """Replay the test case ``runs`` times in a row; the first failing replay, else the worst one."""
-    worst: ParityResult | None = None
-    for n in range(1, runs + 1):
+    return _replay(engine, case, 1, runs, runs, None)
+
+
+def _replay(
+    engine: Engine,
+    case: TestCase,
+    first: int,
+    last: int,
+    runs: int,
+    worst: ParityResult | None,
+    beat: Callable[[str], None] | None = None,
+) -> ParityResult:
+    """Replays ``first`` to ``last`` of a gate of ``runs``, ``worst`` the worst of those before."""
+    for n in range(first, last + 1):
+        if beat is not None:
+            beat(f"parity gate: replay {n} of {runs}")
         result = check_once(engine, case)
         if not result.ok:
             return replace(result, runs=runs, failed_run=n)
@@ -150,3 +164,37 @@ def run_parity(engine: Engine, case: TestCase, runs: int = 1) -> ParityResult:
             worst = result
     assert worst is not None, "runs must be >= 1"
     return replace(worst, runs=runs)
+
+
+@dataclass
+class PendingGate:
+    """The replays of a parity gate still to run after the first ``passed`` of ``runs`` passed.
+
+    The daemon says it is ready once those first replays passed; the inference worker runs these
+    before it takes its first request, so no chunk is computed before the whole gate passed.
+    ``result``: the gate so far (the whole gate's once :meth:`finish` ran: its worst replay, or the
+    one that failed).
+    """
+
+    engine: Engine
+    case: TestCase
+    passed: int
+    runs: int
+    result: ParityResult
+
+    @property
+    def done(self) -> bool:
+        """Every replay ran, or one failed."""
+        return self.passed >= self.runs or not self.result.ok
+
+    def describe(self) -> str:
+        return f"{self.passed} of {self.runs} replays passed"
+
+    def finish(self, beat: Callable[[str], None] | None = None) -> ParityResult:
+        """Run the remaining replays (the first failing one ends the gate); the gate's result."""
+        while not self.done:  # one replay at a time, so ``passed`` says how far it is meanwhile
+            n = self.passed + 1
+            self.result = _replay(self.engine, self.case, n, n, self.runs, self.result, beat)
+            if self.result.ok:
+                self.passed = n
+        return self.result

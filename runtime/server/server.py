@@ -386,13 +386,19 @@ class PolicyServer:
 
     @property
     def verification_failure(self) -> str | None:
-        """Why the serving canary stopped trusting the engine, with the error size; None while healthy.
+        """Why the serving canary (or the rest of a staged parity gate) stopped trusting the engine, with
+        the error size; None while healthy.
 
         Once set it stays set (infers are refused ``verification_failed``) until the policy is
         loaded again: a restart, or :meth:`replace_engine` (the daemon's reload).
         """
-        canary = self._worker.canary if self._worker is not None else None
-        return canary.failure if canary is not None else None
+        return self._worker.verification_failure() if self._worker is not None else None
+
+    @property
+    def gate_pending(self) -> str | None:
+        """While the rest of a staged parity gate runs (nothing is served until it passed): how far it
+        is; None once it passed or failed, or for an engine loaded with its whole gate."""
+        return self._worker.gate_pending if self._worker is not None else None
 
     def snapshot(self) -> StatsSnapshot:
         in_flight = self._worker.in_flight if self._worker is not None else 0
@@ -406,9 +412,18 @@ class PolicyServer:
             clients=sum(1 for t in heard if now - t <= CLIENT_WINDOW_S),
             inference_cpus=dict(self._worker.cpu_samples) if self._worker is not None else {},
             engine=self.engine.info.to_json() if self._started else {},
-            verification=canary.state.to_wire() if canary is not None else {},
+            verification=self._verification(canary),
         )
         return snap
+
+    def _verification(self, canary: Any) -> dict[str, Any]:
+        """The canary's state and, after a staged load, the parity gate's: what proves the policy now."""
+        out: dict[str, Any] = canary.state.to_wire() if canary is not None else {}
+        gate = self._worker.gate if self._worker is not None else None
+        if gate is not None:
+            failure = self._worker.gate_failure if self._worker is not None else None
+            out["gate"] = {"passed": gate.passed, "runs": gate.runs, "done": gate.done, "failure": failure}
+        return out
 
     # --- I/O thread --------------------------------------------------------------------------
 

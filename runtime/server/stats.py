@@ -116,9 +116,21 @@ def stats_line(s: StatsSnapshot) -> str:
 
 
 def verification_line(v: Mapping[str, Any]) -> str:
-    """The canary's part of the stats line (empty when it is off)."""
+    """The canary's part of the stats line (empty when it is off), and a staged parity gate's while
+    it runs or once it failed."""
+    gate = v.get("gate") or {}
+    said = ""
+    if gate.get("failure"):
+        said = f"; PARITY GATE FAILED: {gate['failure']}"
+    elif gate and not gate.get("done"):
+        said = f"; parity gate {gate.get('passed')} of {gate.get('runs')} replays passed, nothing served until all"
+    v = {k: x for k, x in v.items() if k != "gate"}
     if not v:
-        return ""
+        return said
+    return said + _canary_line(v)
+
+
+def _canary_line(v: Mapping[str, Any]) -> str:
     if v.get("failed"):
         return f"; VERIFICATION FAILED: {v.get('failure')}"
     err = v.get("last_max_abs_err")

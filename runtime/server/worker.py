@@ -8,6 +8,8 @@ inside the backend withholds the systemd watchdog. Between jobs it runs the serv
 answers every job ``verification_failed`` without running it, until another engine is swapped in.
 It also draws a generative policy's sampling noise for each job right before running it
 (:class:`~runtime.server.history.NoiseSource`), so the draws follow the order the engine runs in.
+After a staged load it first runs the parity gate's remaining replays, before its first job: a
+failure there is answered like a failed canary.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from runtime.engine.affinity import current_cpu
 from runtime.engine.base import Engine
 from runtime.engine.canary import Canary
+from runtime.engine.parity import PendingGate
 from runtime.errors import InferenceError
 from runtime.liveness import Heartbeat
 from runtime.protocol.codec import encode_actions_reply, encode_error
@@ -74,6 +77,9 @@ class InferenceWorker(threading.Thread):
         self.canary: Canary | None = None
         self._noise_seed = noise_seed
         self.noise: NoiseSource | None = None  # set once the engine is loaded, when its policy takes noise
+        # the rest of a staged parity gate, run before the first job, and why it failed (None: it did not)
+        self.gate: PendingGate | None = None
+        self.gate_failure: str | None = None
 
     def wait_loaded(self) -> Engine:
         """Block until the engine is loaded on this thread; re-raise the factory's exception."""
@@ -95,6 +101,7 @@ class InferenceWorker(threading.Thread):
         if new is None:
             return
         old, self.engine = self.engine, new
+        self.gate, self.gate_failure = None, None  # a reload passed its whole gate on the reload thread
         self._action_output = new.manifest.action_output
         self.canary = self._make_canary(new)  # a reload starts a fresh canary (and clears a failure)
         log.info("now serving %s (%s)", new.info.bundle, new.info.program)
@@ -122,6 +129,7 @@ class InferenceWorker(threading.Thread):
             return
         finally:
             self._loaded.set()
+        self._finish_gate(self.engine)
         # A closed queue before serve() means start() failed after loading: nothing to run.
         while not self._go.wait(0.05):
             self._beat("waiting for the sockets")
@@ -206,7 +214,39 @@ class InferenceWorker(threading.Thread):
         )
         return Canary(engine.test_case, self._canary_interval_s)
 
-    def _verification_failure(self) -> str | None:
+    def _finish_gate(self, engine: Engine) -> None:
+        """The parity gate's replays a staged load left: run here, before the first request is taken
+        (requests wait in the queue meanwhile), so nothing is served before the whole gate passed."""
+        gate = engine.pending_gate
+        if gate is None:
+            return
+        self.gate = gate
+        started, left = time.monotonic(), gate.runs - gate.passed
+        result = gate.finish(self._beat)
+        if result.ok:
+            log.info(
+                "parity gate passed: %s (the last %d in %.0f ms, before the first request)",
+                result.describe(),
+                left,
+                (time.monotonic() - started) * 1e3,
+            )
+        else:
+            self.gate_failure = f"the parity gate failed after the daemon was ready: {result.describe()}"
+            log.error(
+                "%s; every request is refused (verification_failed) until the policy is loaded again", self.gate_failure
+            )
+
+    @property
+    def gate_pending(self) -> str | None:
+        """While the inference worker runs the rest of a staged parity gate: how far it is; else None."""
+        gate = self.gate
+        if gate is None or gate.done:
+            return None
+        return f"the parity gate is still running: {gate.describe()}"
+
+    def verification_failure(self) -> str | None:
+        if self.gate_failure is not None:
+            return self.gate_failure
         return self.canary.failure if self.canary is not None else None
 
     def _beat(self, doing: str) -> None:
@@ -217,7 +257,7 @@ class InferenceWorker(threading.Thread):
         started = time.monotonic()
         queue_ms = (started - job.received_at) * 1e3
         assert self.engine is not None
-        failure = self._verification_failure()
+        failure = self.verification_failure()
         if failure is not None:
             return self._error(job, started, "verification_failed", failure, None)
         try:
@@ -242,7 +282,7 @@ class InferenceWorker(threading.Thread):
         """A job from the control loop: the chunk goes to its callback, not to a socket."""
         started = time.monotonic()
         assert self.engine is not None
-        failure = self._verification_failure()
+        failure = self.verification_failure()
         if failure is not None:
             self.stats.error("verification_failed", local=True)
             on_done(None, f"verification_failed: {failure}")

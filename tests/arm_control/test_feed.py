@@ -76,6 +76,7 @@ class Inference:
         self.observed: list[tuple[list[np.ndarray], bool]] = []
         self.accept = accept
         self.failed: str | None = None
+        self.gate: str | None = None
 
     def submit(self, inputs: list[np.ndarray], on_done: Any, *, reset: bool = False, prefix: Any = None) -> bool:
         self.submitted.append((inputs, reset))
@@ -88,6 +89,9 @@ class Inference:
 
     def failure(self) -> str | None:
         return self.failed
+
+    def pending(self) -> str | None:
+        return self.gate
 
 
 FRAME = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
@@ -232,6 +236,19 @@ def test_a_failed_self_check_blocks_as_untrusted() -> None:
     assert feed.blocked(0.0) is None
     inference.failed = "canary error 0.4 > 0.075"
     assert feed.blocked(0.0) == Blocked("untrusted", "policy not trusted: canary error 0.4 > 0.075")
+
+
+def test_the_rest_of_the_parity_gate_blocks_until_it_passed_and_a_failure_comes_first() -> None:
+    inference = Inference()
+    feed = StreamFeed(inference, _manifest(), Streams(cam=FRAME))  # type: ignore[arg-type]
+    inference.gate = "the parity gate is still running: 2 of 16 replays passed"
+    assert feed.blocked(0.0) == Blocked(
+        "gate", "policy not proven yet: the parity gate is still running: 2 of 16 replays passed"
+    )
+    inference.failed = "the parity gate failed after the daemon was ready: ..."
+    assert feed.blocked(0.0) is not None and feed.blocked(0.0).key == "untrusted"  # type: ignore[union-attr]
+    inference.failed, inference.gate = None, None
+    assert feed.blocked(0.0) is None
 
 
 def test_describe_stale_uses_each_streams_own_limit() -> None:

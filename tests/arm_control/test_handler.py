@@ -373,6 +373,32 @@ def test_the_verification_failure_is_the_servers() -> None:
     assert inference.failure() == "the test case's outputs differ"
 
 
+def test_the_pending_gate_is_the_servers() -> None:
+    server = Server()
+    inference = ServerInference(server)  # type: ignore[arg-type]
+    assert inference.pending() is None
+    server.gate_pending = "the parity gate is still running: 3 of 16 replays passed"  # type: ignore[attr-defined]
+    assert inference.pending() == "the parity gate is still running: 3 of 16 replays passed"
+
+
+def test_a_start_while_the_parity_gate_still_runs_is_refused_and_the_rest_is_not() -> None:
+    server = Server()
+    server.gate_pending = "the parity gate is still running: 3 of 16 replays passed"  # type: ignore[attr-defined]
+    ctl, loop = control(inference=ServerInference(server))  # type: ignore[arg-type]
+    e = refused(ctl, ControlRequest(4, "control.start"))
+    assert e.message == (
+        "control.start: the parity gate is still running: 3 of 16 replays passed; the policy is asked only "
+        "once it has passed (a few seconds after start-up): start again then"
+    )
+    assert (e.field, e.request_id) == ("kind", 4) and loop.calls == []
+    ctl.handle(ControlRequest(5, "control.stop"), "7")  # stopping, e-stops and status are never held back
+    ctl.handle(ControlRequest(6, "control.estop"), "7")
+    assert [c[0] for c in loop.calls][:2] == ["check", "request"]
+    server.gate_pending = None  # type: ignore[attr-defined]
+    ctl.handle(ControlRequest(7, "control.start"), "7")
+    assert loop.calls[-1][0] == "request"
+
+
 def test_status_before_the_inference_thread_is_known_names_thread_zero() -> None:
     ctl, _ = control()
     assert ctl.status()["threads"] == {"control": 77, "inference": 0}

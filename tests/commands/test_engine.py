@@ -824,8 +824,27 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
         ],
         "refused": {"executorch int8": "no INT8 kernels"},
         "cold_start": {
-            "openvino": {"ready_ms": 812.4, "process_wall_ms": 2000.6, "torch_imported": False},
-            "executorch": {"error": "exit 1"},
+            "openvino": {
+                "replays": 16,
+                "replays_before_ready": 2,
+                "parity_ok": True,
+                "ms": {
+                    "interpreter": 40.2,
+                    "import": 150.4,
+                    "open": 90.0,
+                    "compile": 300.6,
+                    "replays_before_ready": 200.0,
+                    "warmup": 0.1,
+                    "tokenizer": 0.0,
+                    "ready": 781.3,
+                    "replays_after_ready": 1400.0,
+                    "first_chunk": 2281.5,
+                },
+                "rss_mb": 312.4,
+                "process_wall_ms": 2600.6,
+                "torch_imported": False,
+            },
+            "executorch whole gate": {"error": "exit 1"},
         },
     }
 
@@ -913,8 +932,10 @@ def test_bench_engine_prints_a_row_per_engine_the_refusals_and_cold_starts(
         "openvino bf16            median     2.12 ms  p90     2.50 ms  x4.70 vs eager  error 0.012 (bf16)\n"
         "executorch int8          refused: no INT8 kernels\n"
         "errors in units of action std\n"
-        "cold start (openvino engine, fresh process): ready in 812 ms, process wall 2001 ms, torch imported: False\n"
-        "cold start (executorch engine, fresh process): failed: exit 1\n"
+        "cold start (openvino, fresh process): ready in 781 ms (interpreter 40, imports 150, bundle open 90, "
+        "compile 301, 2 replays 200, warm-up 0); first chunk at 2282 ms (14 replays after ready 1400); parity ok; "
+        "312 MiB; torch imported: False\n"
+        "cold start (executorch whole gate, fresh process): failed: exit 1\n"
     )
     bench.result["machine"]["cpu_flags"] = []
     assert main(["bench", "engine"]) == 0

@@ -141,6 +141,9 @@ class ScriptedInference:
     def failure(self) -> str | None:
         return self.failure_reason
 
+    def pending(self) -> str | None:
+        return None
+
 
 def build_loop(
     arm: SimArm,

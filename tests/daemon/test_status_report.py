@@ -128,6 +128,7 @@ def test_gather_takes_the_engine_from_stats_else_from_hello() -> None:
             "queue": {"count": 10, "p50": 0.1, "p90": 0.2, "p99": 0.3, "max": 0.4},
         },
         "arm": ARM,
+        "gate": None,
         "versions": {"openvino": "2025.1", "numpy": "2.0"},
     }
     assert list(s["cpus_observed"]) == ["1", "3"]  # by CPU number
@@ -162,6 +163,28 @@ def test_the_report_line_by_line() -> None:
         "arm        feetech: ok; e-stop released",
         "temps °C   shoulder_pan 31, gripper 38",
     ]
+
+
+@pytest.mark.parametrize(
+    ("gate", "line"),
+    [
+        (
+            {"passed": 2, "runs": 16, "done": False, "failure": None},
+            "gate       2 of 16 parity replays passed; nothing is served before all",
+        ),
+        ({"passed": 16, "runs": 16, "done": True, "failure": None}, "gate       passed, all 16 parity replays"),
+        (
+            {"passed": 6, "runs": 16, "done": True, "failure": "the parity gate failed after the daemon was ready: x"},
+            "gate       FAILED, serving nothing until the policy is loaded again: the parity gate failed after the "
+            "daemon was ready: x",
+        ),
+    ],
+)
+def test_a_staged_parity_gate_has_a_line_after_the_engine(gate: dict[str, Any], line: str) -> None:
+    s = gather(info(), stats(verification={"checks": 1, "gate": gate}))
+    assert s["gate"] == gate and s["gate"] is not gate
+    lines = format_status(s).splitlines()
+    assert lines[2] == line and lines[3].startswith("uptime")
 
 
 def test_every_request_kind_and_error_code_by_name() -> None:

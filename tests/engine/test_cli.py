@@ -156,8 +156,17 @@ def test_bench_engine_prints_ratios_for_each_engine(capsys: pytest.CaptureFixtur
     assert result["int8"]["calibration"].startswith("synthetic")
     assert result["machine"]["cpu_flags"]  # the flags that explain the numbers
     cold = result["cold_start"]
+    assert list(cold) == ["openvino whole gate", "openvino", "executorch whole gate", "executorch"]
     assert cold["openvino"]["torch_imported"] is False and cold["executorch"]["torch_imported"] is True
-    assert cold["openvino"]["rss_mb"] > 0 and cold["openvino"]["ready_ms"] > 0
+    for name, row in cold.items():
+        staged = not name.endswith("whole gate")
+        ms = row["ms"]
+        assert row["parity_ok"] and row["staged"] is staged and row["rss_mb"] > 0, name
+        assert row["replays_before_ready"] == (2 if staged else 16), name
+        assert 0 < ms["ready"] <= ms["first_chunk"] < row["process_wall_ms"], name
+        # a staged start runs the other 14 replays after ready, a whole one none
+        assert (ms["replays_after_ready"] > 0.1) is staged, name
+        assert ms["ready"] >= ms["interpreter"] + ms["import"] + ms["open"] + ms["compile"], name
 
 
 @pytest.mark.timeout(600)

@@ -12,7 +12,7 @@ def test_the_defaults() -> None:
     c = EngineConfig()
     assert (c.bundle, c.engine, c.devices, c.precision) == ("", "auto", ("NPU", "GPU", "CPU"), "auto")
     assert (c.cpus, c.control_cpu, c.threads, c.cache_dir) == ((), 0, 0, "")
-    assert (c.warmup_runs, c.parity_runs) == (1, 16)
+    assert (c.warmup_runs, c.parity_runs, c.ready_runs) == (1, 16, 2)
     assert c.allow_parity_failure is False and c.accept_lower_arithmetic is False
 
 
@@ -33,6 +33,10 @@ def test_the_bounds_that_are_taken() -> None:
         ({"threads": -1}, "engine.threads: expected 0 (auto) or a positive count, got -1"),
         ({"warmup_runs": -1}, "engine.warmup_runs: expected >= 0, got -1"),
         ({"parity_runs": 0}, "engine.parity_runs: expected >= 1 replays of the test case, got 0"),
+        (
+            {"ready_runs": 0},
+            "engine.ready_runs: expected >= 1 replays of the test case before the daemon is ready, got 0",
+        ),
         ({"cpus": (0, -1)}, "engine.cpus: expected distinct CPU numbers >= 0, got [0, -1]"),
         ({"cpus": (1, 2, 1)}, "engine.cpus: expected distinct CPU numbers >= 0, got [1, 2, 1]"),
     ],

@@ -85,6 +85,7 @@ class StandIn:
         self.runs: list[Mapping[str, np.ndarray]] = []
         self.closed = 0
         self.test_case: TestCase | None = None
+        self.pending_gate = None
         self.info = SimpleNamespace(
             engine=self.kind,
             device=kw["device"],
@@ -406,12 +407,73 @@ def test_the_parity_runs_then_the_warm_up_and_the_report_times_each(world: World
     assert all(r is not world.case.inputs for r in built.runs[:3])  # the gate replays copies
     assert all(r is world.case.inputs for r in built.runs[3:])
     assert isinstance(report.parity, ParityResult) and report.parity.ok and report.parity.runs == 3
-    assert report.timing_ms == pytest.approx({"load": 40.0, "parity": 6.0, "warmup": 4.0, "ready": 50.0})
-    assert list(report.timing_ms) == ["load", "parity", "warmup", "ready"]
+    assert report.timing_ms == pytest.approx(
+        {"open": 10.0, "compile": 30.0, "load": 40.0, "parity": 6.0, "warmup": 4.0, "ready": 50.0}
+    )
+    assert list(report.timing_ms) == ["open", "compile", "load", "parity", "warmup", "ready"]
     assert built.closed == 0
     wire = report.to_json()
     assert wire["parity"] == report.parity.to_json() and wire["timing_ms"] == report.timing_ms
     assert wire["timing_ms"] is not report.timing_ms
+
+
+def test_a_staged_load_is_ready_after_the_first_replays_and_leaves_the_rest_to_run_before_serving(
+    world: World,
+) -> None:
+    report = LoadReport()
+    engine = load_engine(config(world, warmup_runs=2, parity_runs=5, ready_runs=2), report=report, staged=True)
+    built = world.engines[0]
+    assert len(built.runs) == 2  # two replays, no warm-up: the remaining replays are the warm-up
+    assert report.parity is not None and report.parity.ok and report.parity.runs == 2
+    assert report.timing_ms == pytest.approx(
+        {"open": 10.0, "compile": 30.0, "load": 40.0, "parity": 4.0, "warmup": 0.0, "ready": 44.0}
+    )
+    gate = engine.pending_gate
+    assert gate is not None and (gate.passed, gate.runs, gate.done) == (2, 5, False)
+    assert gate.describe() == "2 of 5 replays passed" and engine.test_case is world.case
+    result = gate.finish()
+    assert len(built.runs) == 5 and all(r is not world.case.inputs for r in built.runs)
+    assert result.ok and result.runs == 5 and (gate.passed, gate.done) == (5, True)
+    assert gate.finish() is result and len(built.runs) == 5  # finished once
+
+
+def test_the_rest_of_a_staged_gate_fails_on_the_replay_that_fails_numbered_in_the_whole_gate(world: World) -> None:
+    world.errors = [0.0, 0.0, 0.0, 0.5]  # the 4th replay is wrong
+    engine = load_engine(config(world, parity_runs=6, ready_runs=2), staged=True)
+    gate = engine.pending_gate
+    assert gate is not None
+    result = gate.finish()
+    assert not result.ok and (result.failed_run, result.runs) == (4, 6)
+    assert "on replay 4 of 6" in result.describe()
+    assert gate.done and gate.passed == 3 and len(world.engines[0].runs) == 4  # stopped at the failure
+
+
+def test_a_replay_that_fails_before_ready_refuses_the_load_numbered_in_the_whole_gate(world: World) -> None:
+    world.errors = [0.0, 0.5]
+    with pytest.raises(ParityError, match=r"on replay 2 of 6; tolerance"):
+        load_engine(config(world, parity_runs=6, ready_runs=3), staged=True)
+    assert world.engines[0].closed == 1
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"ready_runs": 3, "parity_runs": 3},  # every replay before ready anyway
+        {"ready_runs": 5, "parity_runs": 3},
+        {"ready_runs": 1, "parity_runs": 3, "allow_parity_failure": True},  # its baseline is set at load
+    ],
+)
+def test_a_staged_load_runs_the_whole_gate_when_nothing_is_left_or_a_failure_may_be_served(
+    world: World, kw: dict[str, Any]
+) -> None:
+    engine = load_engine(config(world, warmup_runs=1, **kw), staged=True)
+    assert engine.pending_gate is None
+    assert len(world.engines[0].runs) == 3 + 1  # the three replays and the warm-up
+
+
+def test_a_load_that_is_not_staged_runs_the_whole_gate_whatever_ready_runs_says(world: World) -> None:
+    engine = load_engine(config(world, warmup_runs=0, parity_runs=4, ready_runs=1))
+    assert engine.pending_gate is None and len(world.engines[0].runs) == 4
 
 
 def test_no_warm_up_and_a_single_parity_run(world: World) -> None:

@@ -226,6 +226,19 @@ def test_the_stats_line_ends_with_the_canary_part() -> None:
         ),
         ({"checks": 1, "last_max_abs_err": 0.0, "units": ""}, "; canary ok (1 checks, last error 0)"),
         ({"checks": 1, "last_max_abs_err": 2.0, "units": None}, "; canary ok (1 checks, last error 2)"),
+        (
+            {"gate": {"passed": 3, "runs": 16, "done": False, "failure": None}},
+            "; parity gate 3 of 16 replays passed, nothing served until all",
+        ),
+        ({"gate": {"passed": 16, "runs": 16, "done": True, "failure": None}}, ""),
+        (
+            {"gate": {"passed": 16, "runs": 16, "done": True, "failure": None}, "checks": 2, "last_max_abs_err": 0.0},
+            "; canary ok (2 checks, last error 0)",
+        ),
+        (
+            {"gate": {"passed": 4, "runs": 16, "done": True, "failure": "the parity gate failed ...: y"}},
+            "; PARITY GATE FAILED: the parity gate failed ...: y",
+        ),
     ],
 )
 def test_the_canary_part_of_the_line(state: dict[str, Any], line: str) -> None:

@@ -640,3 +640,82 @@ def test_a_swapped_in_engine_with_a_test_case_gets_a_canary_of_its_own(rig: Rig,
     rig.answer_all(worker, job(1), job(2))
     assert worker.canary is not None and worker.canary.interval_s == 100.0
     assert worker.canary.check(checked) and worker.canary.state.checks == 1
+
+
+# --- the rest of a staged parity gate --------------------------------------------------------------
+
+
+def staged(engine: StandIn, expected_scale: float, passed: int, runs: int) -> StandIn:
+    """``engine`` as a staged load leaves it: ``passed`` of ``runs`` replays of ``case(expected_scale)``
+    passed, the rest pending."""
+    from runtime.engine.parity import PendingGate, run_parity
+
+    engine.test_case = case(expected_scale)
+    first = run_parity(engine, engine.test_case, passed)
+    engine.runs.clear()
+    engine.pending_gate = PendingGate(engine, engine.test_case, passed, runs, first)
+    return engine
+
+
+def test_the_rest_of_a_staged_gate_runs_before_the_first_job_which_then_is_answered(rig: Rig) -> None:
+    engine = staged(StandIn(rig.clock), 1.0, 2, 5)
+    beats = Beats(10.0)
+    worker = rig.worker(engine, heartbeat=beats)
+    got: list[Any] = []
+    rig.answer_all(worker, job(1, 4.0), job(2, 5.0, on_done=lambda a, e: got.append((a, e))))
+    # three replays of the case (state 2), then the two jobs
+    assert [run[0][0] for run in engine.runs] == [2.0, 2.0, 2.0, 4.0, 5.0]
+    assert [b for b in beats.log if b.startswith("parity")] == [
+        "parity gate: replay 3 of 5",
+        "parity gate: replay 4 of 5",
+        "parity gate: replay 5 of 5",
+    ]
+    ((_, _, reply),) = rig.replies()
+    assert reply.ok and got[0][1] is None
+    assert worker.gate_pending is None and worker.gate_failure is None and worker.verification_failure() is None
+    assert engine.pending_gate is not None and engine.pending_gate.done
+
+
+def test_while_the_rest_of_the_gate_runs_the_worker_says_how_far_it_is(rig: Rig) -> None:
+    seen: list[Any] = []
+    engine = staged(StandIn(rig.clock), 1.0, 1, 3)
+    worker = rig.worker(engine)
+    engine.seen = lambda: seen.append(worker.gate_pending)
+    assert worker.gate_pending is None  # nothing known before the worker took the engine
+    rig.answer_all(worker, job(1))
+    assert seen == [
+        "the parity gate is still running: 1 of 3 replays passed",
+        "the parity gate is still running: 2 of 3 replays passed",
+        None,  # the job: the gate has passed
+    ]
+
+
+def test_a_gate_that_fails_after_ready_refuses_every_job_unrun_and_is_the_verification_failure(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = staged(StandIn(rig.clock), 1.0, 2, 4)
+    engine.scale = 3.0  # from the third replay on, no longer the reference
+    worker = rig.worker(engine)
+    got: list[Any] = []
+    with caplog.at_level(logging.ERROR, logger="runtime.server.worker"):
+        rig.answer_all(worker, job(1), job(2, on_done=lambda a, e: got.append((a, e))))
+    assert len(engine.runs) == 1  # the failing replay; no job ran
+    failure = worker.verification_failure()
+    assert failure is not None and failure.startswith("the parity gate failed after the daemon was ready: ")
+    assert "on replay 3 of 4" in failure and worker.gate_pending is None
+    ((_, _, reply),) = rig.replies()
+    assert reply.error is not None and reply.error.code == "verification_failed"
+    assert reply.error.message.startswith(failure)
+    assert got == [(None, f"verification_failed: {failure}")]
+    assert f"{failure}; every request is refused (verification_failed) until the policy is loaded again" in caplog.text
+
+
+def test_a_swap_clears_a_failed_gate(rig: Rig) -> None:
+    engine = staged(StandIn(rig.clock), 1.0, 1, 2)
+    engine.scale = 3.0
+    worker = rig.worker(engine)
+    rig.answer_all(worker)
+    assert worker.verification_failure() is not None
+    worker.swap_engine(StandIn(rig.clock))
+    worker._take_next_engine()
+    assert worker.verification_failure() is None and worker.gate is None
