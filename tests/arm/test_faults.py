@@ -104,7 +104,9 @@ def _torque_offs(sim: ServoSimulator, calibration: Calibration) -> list[float]:
 
 def _fresh(client: PolicyClient) -> bool:
     try:
-        return not client.control("status")["stale_streams"]
+        status = client.control("status")
+        # frames from every camera, and the whole parity gate passed (READY comes after its first replays)
+        return not status["stale_streams"] and not status["blocked"]
     except NoControlError:  # the arm process is still starting
         return False
 

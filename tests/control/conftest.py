@@ -200,6 +200,8 @@ def running_daemon(config: Any) -> Iterator[Any]:
     d.startup()
     assert d.streams is not None
     wait_for(lambda: not d.streams.stale(time.monotonic()), what="camera frames at the daemon")
+    # READY comes after the parity gate's first replays; a control start waits for the rest
+    wait_for(lambda: d.server is not None and d.server.gate_pending is None, what="the whole parity gate")
     thread = threading.Thread(target=d.main_loop, daemon=True)
     thread.start()
     try:

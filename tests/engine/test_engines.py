@@ -324,7 +324,8 @@ def test_parity_failure_can_be_overridden(bundle_copy: Path, caplog: pytest.LogC
 
 def test_load_report_times_every_step(demo_bundle: Path) -> None:
     _, report = _load(demo_bundle)
-    assert set(report.timing_ms) == {"load", "parity", "warmup", "ready"}
+    assert set(report.timing_ms) == {"open", "compile", "load", "parity", "warmup", "ready"}
+    assert report.timing_ms["load"] == pytest.approx(report.timing_ms["open"] + report.timing_ms["compile"])
     assert report.timing_ms["ready"] >= report.timing_ms["load"] + report.timing_ms["parity"]
 
 

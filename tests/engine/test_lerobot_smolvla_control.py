@@ -56,7 +56,8 @@ def test_the_loop_drives_smolvla_with_the_task_control_start_gives(smolvla_bundl
     try:
         with PolicyClient(f"ipc://{short}/policy.sock", timeout_s=30) as client:
             assert client.hello().takes_task  # the policy says it takes a task
-            wait_for(lambda: (s := _status(client)) is not None and not s["stale_streams"], 30, "camera frames")
+            # frames from the camera and the whole parity gate passed (READY comes after its first replays)
+            wait_for(lambda: (s := _status(client)) is not None and not s["blocked"], 30, "frames and the gate")
             with pytest.raises(ControlRefusedError, match="follows an instruction") as refused:
                 client.control("start")
             assert refused.value.field == "body.task"

@@ -74,7 +74,8 @@ def test_the_loops_leftover_reaches_the_program_as_the_rest_of_its_plan(smolvla_
         engine.run_validated = recording  # type: ignore[method-assign]  # the worker's calls, seen
         with PolicyClient(f"ipc://{short}/policy.sock", timeout_s=30) as client:
             assert client.hello().takes_prefix
-            wait_for(lambda: (s := _status(client)) is not None and not s["stale_streams"], 30, "camera frames")
+            # frames from the camera and the whole parity gate passed (READY comes after its first replays)
+            wait_for(lambda: (s := _status(client)) is not None and not s["blocked"], 30, "frames and the gate")
             client.control("start")
             wait_for(lambda: client.control("status")["counters"].get("prefix_requests", 0) >= 4, 90, "leftovers")
             client.control("stop")
