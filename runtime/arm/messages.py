@@ -29,7 +29,7 @@ from runtime.control.snapshot import Snapshot
 from runtime.control.target import Target
 from runtime.teleop.config import TeleopConfig
 
-LINK_VERSION: Final = 1
+LINK_VERSION: Final = 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,6 +219,8 @@ def _teleop_line(r: _Reader) -> str:
     line = f"teleop     {phase or 'no phase'}; station {holder or 'none'}; {teleop.get('targets', 0)} targets"
     if teleop.get("out_of_order"):
         line += f" ({teleop['out_of_order']} out of order)"
+    if teleop.get("late"):
+        line += f", {teleop['late']} late for their tick"
     if teleop.get("intervention"):
         line += "; intervention"
     return line

@@ -149,6 +149,9 @@ class TeleopControl:
             "estop": loop.estop_reason or "",
             "clamps": sum(snap.safety.values()),
             "recording": loop.episodes is not None and loop.episodes.active,
+            # targets (any station's) that reached this daemon before a tick was due but the loop only
+            # after that tick read its target: the hop past the reply, which the round trip does not see
+            "late": snap.teleop_late,
         }
 
     def status(self) -> dict[str, Any]:

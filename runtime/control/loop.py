@@ -293,6 +293,7 @@ class ControlLoop:
                 latencies_measured=c.latencies_measured,
                 teleop_phase=c.handover.phase if c.mode is Mode.TELEOP else "",
                 teleop_last_seq=c.last_teleop_seq,
+                teleop_late=self.teleop.late,
                 intervention=c.intervention and c.mode is Mode.TELEOP,
                 cpu_seen=dict(self._cpu_ticks),
                 scheduling=self._scheduling,
@@ -370,7 +371,7 @@ class ControlLoop:
         # next tick: the write leaves at the deadline, however long the servos take to answer a read
         # (a read waits on their replies; a write waits on nothing).
         present = self._reading
-        inputs = self._inputs(now)
+        inputs = self._inputs(now, self._ticker.deadline(k))
         decision = c.step(k, now, present, inputs)
         # publish the latch, then drop the requests it was taken from (see estop)
         self._latch = c.latch
@@ -425,11 +426,11 @@ class ControlLoop:
         c.counters["ticks"] += 1
         self._tick_at = now
 
-    def _inputs(self, now: float) -> Inputs:
-        """What the step needs from outside, read at ``now``: the commands first, then the e-stop
-        requests, so an e-stop posted before a command is taken with it (and comes first). Whether the
-        policy's side is lost and the teleop target matter only in teleop or to a command (a take-over
-        reads them in its own tick): read then, not on every tick of a running policy."""
+    def _inputs(self, now: float, due: float) -> Inputs:
+        """What the step needs from outside, read at ``now`` by the tick due at ``due``: the commands
+        first, then the e-stop requests, so an e-stop posted before a command is taken with it (and comes
+        first). Whether the policy's side is lost and the teleop target matter only in teleop or to a
+        command (a take-over reads them in its own tick): read then, not on every tick of a running policy."""
         box = self.mailbox
         commands: tuple[Command, ...] = ()
         command = box.take_command()
@@ -443,7 +444,12 @@ class ControlLoop:
         self._blocked = blocked = policy.blocked(now)
         if commands or self.controller.mode is Mode.TELEOP:
             return Inputs(
-                box.estop_requests(), commands, self._results.take(), blocked, policy.lost(), self.teleop.fresh(now)
+                box.estop_requests(),
+                commands,
+                self._results.take(),
+                blocked,
+                policy.lost(),
+                self.teleop.fresh(now, due),
             )
         return Inputs(box.estop_requests(), commands, self._results.take(), blocked)
 
@@ -566,6 +572,7 @@ class ControlLoop:
                 "last_seq": snap.teleop_last_seq,
                 "targets": self.teleop.received,
                 "out_of_order": self.teleop.out_of_order,
+                "late": snap.teleop_late,
                 "intervention": snap.intervention,
             },
             "recording": self.episodes.status() if self.episodes is not None else None,

@@ -47,6 +47,8 @@ class Snapshot:
     latencies_measured: int = 0
     teleop_phase: str = ""
     teleop_last_seq: int = -1
+    #: teleop targets that landed after the tick they reached the daemon in time for
+    teleop_late: int = 0
     intervention: bool = False
     #: ticks per CPU the loop thread ran on
     cpu_seen: Mapping[int, int] = field(default_factory=dict)

@@ -4,12 +4,16 @@ and the hand-over that keeps the follower from jumping to it.
 The I/O thread puts each target into a one-slot handoff (:class:`~runtime.control.handoff.Latest`)
 of :class:`TeleopTarget`; the runner peeks at the newest fresh one each tick, never waiting, and hands
 it to the controller's step. Targets arriving out of order (an older ``seq`` than the newest) are
-dropped and counted. The hand-over (:class:`Handover`) is the controller's own: it is worked on the
-loop's thread alone, from the target the step was given.
+dropped and counted. A target the daemon received before a tick was due that lands after that tick
+read the slot missed the tick it was in time for (in the arm process targets land when the tick
+drains the link, so this is the hop the station's round trip does not include): it is counted
+(``late``), and the station widens its lead by it. The hand-over (:class:`Handover`) is the
+controller's own: it is worked on the loop's thread alone, from the target the step was given.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,17 +39,27 @@ class TeleopTarget:
         self._slot: Latest[Target] = Latest()
         self.out_of_order = 0
         self.received = 0
+        #: targets that landed after the tick they reached the daemon in time for
+        self.late = 0
+        #: when the last tick that read the slot was due (the loop's clock, as ``received_at``)
+        self._read_due = -math.inf
 
     # --- the I/O thread ---------------------------------------------------------------------
 
     def put(self, seq: int, positions: np.ndarray, now: float) -> bool:
-        """Store a target; False (and counted) when it is older than the newest one."""
+        """Store a target received at ``now``; False (and counted) when it is older than the newest one.
+        Counted ``late`` when a tick due after ``now`` read the slot before it landed."""
         last = self._slot.peek()
         if last is not None and seq <= last.seq:
             self.out_of_order += 1
             return False
+        # read before the store: a tick that reads the slot after it got the target, so is never
+        # counted as missed (a put racing a tick on another thread may go uncounted, never miscounted)
+        read_due = self._read_due
         self._slot.put(Target(seq, positions, now))
         self.received += 1
+        if now < read_due:
+            self.late += 1
         return True
 
     def clear(self) -> None:
@@ -54,9 +68,12 @@ class TeleopTarget:
 
     # --- the runner -------------------------------------------------------------------------
 
-    def fresh(self, now: float) -> Target | None:
-        """The newest target if it is younger than ``deadman_ms``, else None."""
+    def fresh(self, now: float, due: float | None = None) -> Target | None:
+        """The newest target if it is younger than ``deadman_ms``, else None; ``due``: when the tick
+        reading it was due (a target received before then that lands later missed that tick)."""
         target = self._slot.peek()
+        if due is not None:
+            self._read_due = due
         if target is None or now - target.received_at > self.deadman_s:
             return None
         return target

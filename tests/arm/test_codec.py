@@ -51,6 +51,7 @@ SNAPSHOT = Snapshot(
     latencies_measured=9,
     teleop_phase="handover",
     teleop_last_seq=88,
+    teleop_late=4,
     intervention=True,
     cpu_seen={0: 4321, 3: 2},
     scheduling="SCHED_FIFO 50",
@@ -401,8 +402,8 @@ def test_a_daemon_of_another_version_is_refused_naming_both_versions() -> None:
 
 def test_the_version_is_read_before_the_fields_another_version_lays_out_otherwise() -> None:
     with pytest.raises(LinkVersionError) as e:
-        decode(raw({"t": "init", "version": 2, "configuration": {}}))
-    assert e.value.received == "version 2"
+        decode(raw({"t": "init", "version": m.LINK_VERSION + 1, "configuration": {}}))
+    assert e.value.received == f"version {m.LINK_VERSION + 1}"
     with pytest.raises(LinkVersionError) as e:
         decode(raw({"t": "init", "control": {}}))  # a daemon from before there were versions
     assert str(e.value).startswith(

@@ -52,6 +52,7 @@ class Loop:
         self.episodes: Episodes | None = None
         self.mode = Mode.IDLE
         self.next_due = 0.0
+        self.late = 0
         self.phase = ""
         self.safety: dict[str, int] = {}
         self.estop_reason: str | None = None
@@ -59,7 +60,9 @@ class Loop:
         self.calls: list[tuple[str, ...]] = []
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(mode=self.mode, next_due=self.next_due, teleop_phase=self.phase, safety=self.safety)
+        return Snapshot(
+            mode=self.mode, next_due=self.next_due, teleop_phase=self.phase, safety=self.safety, teleop_late=self.late
+        )
 
     def check(self, command: str) -> None:
         self.calls.append(("check", command))
@@ -189,11 +192,14 @@ def test_a_target_goes_into_the_loops_slot_and_the_reply_says_when_the_loop_read
         "estop": "",
         "clamps": 5,
         "recording": False,
+        "late": 0,
     }
+    loop.late = 3  # the loop's count of targets that landed after the tick they were in time for
+    assert target(ctl, token, 5, (1.5, -2.0))["late"] == 3
     got = loop.teleop.fresh(10.03)
-    assert got is not None and got.seq == 4 and got.received_at == 10.03
+    assert got is not None and got.seq == 5 and got.received_at == 10.03
     assert got.positions.dtype == np.float64 and got.positions.tolist() == [1.5, -2.0]
-    target(ctl, token, 5, (3, -4))  # whole numbers are taken as float64 too
+    target(ctl, token, 6, (3, -4))  # whole numbers are taken as float64 too
     got = loop.teleop.fresh(10.03)
     assert got is not None and got.positions.dtype == np.float64 and got.positions.tolist() == [3.0, -4.0]
 

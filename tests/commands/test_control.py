@@ -192,6 +192,7 @@ def running(**changes: Any) -> dict[str, Any]:
             "last_seq": -1,
             "targets": 0,
             "out_of_order": 0,
+            "late": 0,
             "intervention": False,
             "session": {"holder": None, "opened": 0, "refused": 0, "lost": 0},
         },
@@ -327,6 +328,7 @@ def test_status_of_a_failing_arm_a_dead_arm_process_teleop_and_recording(
         "phase": "tracking",
         "targets": 900,
         "out_of_order": 2,
+        "late": 3,
         "intervention": True,
         "session": {"holder": "alice (client 7)"},
     }
@@ -334,7 +336,8 @@ def test_status_of_a_failing_arm_a_dead_arm_process_teleop_and_recording(
     lines = status_lines(daemon, capsys, running(mode="teleop", source="teleop", teleop=teleop, recording=recording))
     assert lines[0].startswith("control    teleop, a teleop station commands the arm;")
     assert lines[-2:] == [
-        "teleop     tracking; station alice (client 7); 900 targets (2 out of order); intervention",
+        "teleop     tracking; station alice (client 7); 900 targets (2 out of order), 3 late for their tick;"
+        " intervention",
         "recording  episode running: 120 frames, task 'pick'; episodes 2 ended, 1 discarded",
     ]
     assert status_lines(daemon, capsys, running(recording={"active": False}))[-1] == "recording  no episode running"

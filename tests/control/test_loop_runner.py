@@ -461,6 +461,32 @@ def test_the_teleop_fields_of_the_snapshot_are_set_only_in_teleop() -> None:
     assert r.loop.controller.intervention is True  # still set, but only teleop reports it
 
 
+def test_a_target_that_lands_after_the_tick_it_reached_the_daemon_in_time_for_is_counted_late() -> None:
+    period = 0.125
+    due = lambda k: 100.0 + k * period  # noqa: E731 (the rig's clock starts at 100 s, ticks at 8 Hz)
+
+    def take_over(loop: ControlLoop) -> None:
+        loop.teleop.put(5, at(a=20.0), r.clock.now)
+        loop.request(TakeOver("st"))
+
+    r = Rig(
+        5,
+        {
+            1: start,
+            2: take_over,
+            # as the arm process drains the link before each tick: received before tick 3 was due, landed at 4
+            4: lambda loop: loop.teleop.put(6, at(a=20.0), due(3) - 0.001),
+            # received after tick 4 was due: meant for tick 5, and there in time
+            5: lambda loop: loop.teleop.put(7, at(a=20.0), due(4) + 0.001),
+        },
+    )
+    r.run()
+    snaps = r.script.snaps
+    assert [s.teleop_late for s in snaps] == [0, 0, 0, 1, 1]
+    assert [s.teleop_last_seq for s in snaps] == [-1, 5, 5, 6, 7]
+    assert r.loop.status()["teleop"]["late"] == 1
+
+
 def test_the_episode_tap_gets_each_tick_and_the_end_at_shutdown() -> None:
     def take_over(loop: ControlLoop) -> None:
         loop.teleop.put(5, at(a=12.0), r.clock.now)
@@ -715,6 +741,7 @@ def test_status_reports_the_newest_snapshot_with_figures_computed_off_the_tick()
             "last_seq": 5,
             "targets": 1,
             "out_of_order": 1,
+            "late": 0,
             "intervention": True,
         },
         "recording": None,

@@ -1,5 +1,6 @@
-"""The teleop goal source: targets stored newest-first (out of order dropped and counted), the deadman's
-edge (:class:`TeleopTarget`), and both hand-overs (:class:`Handover`) worked tick by tick on numbers
+"""The teleop goal source: targets stored newest-first (out of order dropped and counted), those that
+land after the tick they were in time for counted, the deadman's edge (:class:`TeleopTarget`), and both
+hand-overs (:class:`Handover`) worked tick by tick on numbers
 exact in binary (a step of 3 degrees)."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def move(**kw: float) -> Handover:
 
 def test_a_fresh_source_tracks_has_no_target_and_counts_nothing() -> None:
     t = TeleopTarget(3, TeleopConfig(deadman_ms=250.0))
-    assert (t.joints, t.received, t.out_of_order) == (3, 0, 0)
+    assert (t.joints, t.received, t.out_of_order, t.late) == (3, 0, 0, 0)
     assert t.deadman_s == 0.25
     assert t.fresh(0.0) is None
     h = Handover(TeleopConfig(), PERIOD)
@@ -60,6 +61,32 @@ def test_clear_forgets_the_target_and_a_new_session_may_start_its_seq_over() -> 
     assert t.put(1, np.array([3.0, 4.0]), now=2.0) is True
     got = t.fresh(2.0)
     assert got is not None and got.seq == 1
+
+
+def test_a_target_received_before_a_tick_was_due_that_lands_after_that_tick_read_the_slot_is_late() -> None:
+    t = land()
+    assert t.fresh(10.002, due=10.0) is None  # the tick due at 10.0 read the slot (empty)
+    assert t.put(1, np.array([1.0, 2.0]), now=9.999)  # received before it was due, landed after its read
+    assert t.late == 1 and t.received == 1
+    assert t.put(2, np.array([1.0, 2.0]), now=10.0)  # received as it was due: meant for the next tick
+    assert t.put(3, np.array([1.0, 2.0]), now=10.05)
+    assert t.late == 1
+    got = t.fresh(10.127, due=10.125)
+    assert got is not None and got.seq == 3  # a late target is used all the same, at the next tick
+    assert t.put(4, np.array([1.0, 2.0]), now=10.1)  # overwritten before any tick reads it: late too
+    assert not t.put(4, np.array([1.0, 2.0]), now=10.1)  # out of order: dropped, not late
+    assert (t.late, t.out_of_order, t.received) == (2, 1, 4)
+
+
+def test_only_a_tick_that_says_when_it_was_due_moves_the_line_and_clear_keeps_the_count() -> None:
+    t = land()
+    t.put(1, np.array([1.0, 2.0]), now=5.0)
+    t.fresh(6.0)  # no due time: a reader that is not a tick (status, tests) sets no line
+    assert t.put(2, np.array([1.0, 2.0]), now=5.5) and t.late == 0
+    t.fresh(6.0, due=6.0)
+    t.put(3, np.array([1.0, 2.0]), now=5.9)
+    t.clear()
+    assert t.late == 1 and t.fresh(6.0) is None
 
 
 def test_a_target_is_fresh_up_to_the_deadman_and_stale_after() -> None:
