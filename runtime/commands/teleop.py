@@ -39,7 +39,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         type=float,
         default=LEAD_MS,
         metavar="MS",
-        help=f"read the leader and send this long before the loop's tick (default {LEAD_MS:g}; more on a slow network)",
+        help=f"read the leader and send this long before the loop's tick until the trips are measured "
+        f"(default {LEAD_MS:g}); then the lead follows what they take",
+    )
+    t.add_argument(
+        "--fixed-lead",
+        action="store_true",
+        help="keep --lead-ms instead of leading by the measured trips",
     )
     t.add_argument("--steps", type=int, default=0, help="stop after this many targets (0: until q)")
     t.set_defaults(func=_teleop)
@@ -78,7 +84,9 @@ def _teleop(args: argparse.Namespace) -> int:
         leader = LeaderArm.open(args.leader_port, calibration, args.protocol)
     try:
         with PolicyClient(resolve_endpoint(args.connect), timeout_s=args.timeout_s) as client:
-            station = Station(client, leader, who=args.who, task=args.task, lead_ms=args.lead_ms)
+            station = Station(
+                client, leader, who=args.who, task=args.task, lead_ms=args.lead_ms, fixed_lead=args.fixed_lead
+            )
             try:
                 station.open()
             except ServerError as e:

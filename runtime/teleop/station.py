@@ -1,6 +1,10 @@
 """The operator's station: reads the leader, streams targets to the daemon at the control rate, keeps
 a one-line status and turns keys into requests.
 
+Each target is read and sent the lead before one of the loop's ticks (:mod:`runtime.teleop.lead`: from
+the trips the station measures, on its own clock); the station phase-locks to the loop with the
+``next_tick_ms`` each reply carries, and counts the targets that missed the tick they were placed before.
+
 Everything here is plain logic over a :class:`PolicyClient` and a :class:`Leader`, so it is tested
 without a terminal; ``runtime.teleop.terminal`` supplies the keys and draws the line.
 """
@@ -18,6 +22,7 @@ from drivers.errors import BusError
 from runtime.client import PolicyClient, RequestTimeoutError
 from runtime.protocol.errors import NoSessionError, ServerError
 from runtime.teleop.config import LEAD_MS
+from runtime.teleop.lead import Lead
 from runtime.teleop.leader import Leader
 
 log = logging.getLogger(__name__)
@@ -48,45 +53,63 @@ class StationStatus:
     message: str = ""
     next_tick_ms: float | None = None
     leader_failures: int = 0
+    #: the lead in use, and the targets that reached the loop after the tick they were placed before
+    lead_ms: float = LEAD_MS
+    misses: int = 0
 
     def line(self) -> str:
         mode = self.mode + (f" ({self.phase})" if self.phase else "")
         estop = f"E-STOP: {self.estop}" if self.estop else "no e-stop"
         rec = "REC" if self.recording else "not recording"
         text = (
-            f"{mode:<20} rtt {self.rtt_ms:5.1f} ms  clamps {self.clamps:<5d} {estop}  {rec}  sent {self.sent}"
-            f"  timeouts {self.timeouts}"
+            f"{mode:<20} rtt {self.rtt_ms:5.1f} ms  lead {self.lead_ms:4.1f} ms  misses {self.misses}"
+            f"  clamps {self.clamps:<5d} {estop}  {rec}  sent {self.sent}  timeouts {self.timeouts}"
         )
         return text + (f"  | {self.message}" if self.message else "")
-
 
 
 class Station:
     """One station holding (or trying to hold) the daemon's arm."""
 
     def __init__(
-        self, client: PolicyClient, leader: Leader, *, who: str = "", task: str = "teleop", lead_ms: float = LEAD_MS
+        self,
+        client: PolicyClient,
+        leader: Leader,
+        *,
+        who: str = "",
+        task: str = "teleop",
+        lead_ms: float = LEAD_MS,
+        fixed_lead: bool = False,
     ) -> None:
-        """``lead_ms``: how long before the loop's tick the leader is read and the target sent (covers the
-        read and the trip; a target that arrives after the tick waits a whole period for the next); the
-        station phase-locks to the loop with the ``next_tick_ms`` of each reply."""
+        """``lead_ms``: how long before the loop's tick the leader is read and the target sent until the
+        trips are measured (:class:`~runtime.teleop.lead.Lead`), and for good with ``fixed_lead``; a
+        target that reaches the loop after the tick waits a whole period for the next. The station
+        phase-locks to the loop with the ``next_tick_ms`` of each reply."""
         self.client = client
-        self.lead_s = lead_ms / 1e3
+        self.lead = Lead(lead_ms, fixed=fixed_lead)
         self._loop_tick_at: float | None = None
+        #: the daemon's count of late targets in the last reply (None: none since the session opened)
+        self._late_seen: int | None = None
         self.leader = leader
         self.who = who
         self.task = task
         self.session = ""
         self.rate_hz = 30.0
         self.seq = 0
-        self.status = StationStatus()
+        self.status = StationStatus(lead_ms=self.lead.configured_ms)
         self.quit = False
+
+    @property
+    def lead_s(self) -> float:
+        """The lead in use, in seconds."""
+        return self.lead.ms(1.0 / self.rate_hz) / 1e3
 
     def open(self) -> dict[str, Any]:
         """Open the session (raises ``SessionHeldError`` naming the holder if another station has it)."""
         body, _ = self.client.teleop("open", who=self.who)
         self.session = str(body["session"])
         self.rate_hz = float(body["rate_hz"])
+        self._late_seen = None  # the daemon's count is the loop's: this session's start from its next reply
         joints = [str(j) for j in body["joints"]]
         order = getattr(self.leader, "order", None)
         if order is not None:
@@ -107,6 +130,7 @@ class Station:
                 self.status.timeouts += 1
                 self.status.message = str(e)
                 return
+        read_at = time.monotonic()
         try:
             positions = self.leader.read()
         except BusError as e:  # a glitch on the leader's bus: no target this tick; the deadman covers a long one
@@ -115,6 +139,8 @@ class Station:
             return
         self.seq += 1
         sent_at = time.monotonic()
+        # the tick this target is for: the loop's first after the read began (None: not locked yet)
+        aimed = self._tick_after(read_at)
         try:
             body, rtt = self.client.teleop(
                 "target", session=self.session, seq=self.seq, positions=[float(v) for v in positions]
@@ -135,15 +161,37 @@ class Station:
         s.estop = str(body.get("estop", ""))
         s.clamps = int(body.get("clamps", 0))
         s.recording = bool(body.get("recording", False))
+        missed = 0
         next_tick = body.get("next_tick_ms")
         if isinstance(next_tick, (int, float)):
             s.next_tick_ms = float(next_tick)
             # the server measured from when it got the request: about half the round trip after sending
-            self._loop_tick_at = sent_at + rtt / 2e3 + next_tick / 1e3
+            tick_at = sent_at + rtt / 2e3 + next_tick / 1e3
+            # the loop's next tick is a period (or more) after the one aimed at: the daemon got it too late
+            if aimed is not None and tick_at - aimed > 0.5 / self.rate_hz:
+                missed += 1
+            self._loop_tick_at = tick_at
+        late = body.get("late")
+        if isinstance(late, int) and not isinstance(late, bool):
+            # in time at the daemon, but the loop took it after its tick: the daemon counts those
+            if self._late_seen is not None and late > self._late_seen:
+                missed += late - self._late_seen
+            self._late_seen = late
+        self.lead.add((sent_at - read_at) * 1e3, rtt, missed)
+        s.misses = self.lead.misses
+        s.lead_ms = self.lead.ms(1.0 / self.rate_hz)
+
+    def _tick_after(self, t: float) -> float | None:
+        """The loop's first tick at or after ``t`` as the phase lock places it (None: not locked)."""
+        tick_at = self._loop_tick_at
+        if tick_at is None:
+            return None
+        period = 1.0 / self.rate_hz
+        return tick_at + math.ceil((t - tick_at) / period) * period
 
     def next_send_at(self, now: float) -> float:
-        """When to read the leader and send next: ``lead_ms`` before one of the loop's ticks, so the
-        loop acts on a leader pose read moments ago (unlocked: one period from now)."""
+        """When to read the leader and send next: the lead in use before one of the loop's ticks, so
+        the loop acts on a leader pose read moments ago (unlocked: one period from now)."""
         period = 1.0 / self.rate_hz
         tick_at = self._loop_tick_at
         if tick_at is None:

@@ -1,6 +1,7 @@
 """The operator's station on a stand-in client and leader and a clock the test moves: opening, each
-target and what its reply leaves in the status line, the phase lock to the loop's tick, every key's
-request and refusal word for word, closing, and the stream's pace."""
+target and what its reply leaves in the status line, the phase lock to the loop's tick, the lead from
+the trips it measured and the targets that missed their tick, every key's request and refusal word for
+word, closing, and the stream's pace."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from drivers.errors import BusError
 from runtime.client import RequestTimeoutError
 from runtime.protocol.errors import ControlRefusedError, NoSessionError, SessionHeldError
 from runtime.teleop import station as station_module
+from runtime.teleop.lead import MARGIN_MS, MIN_SAMPLES, MISS_MS
 from runtime.teleop.station import Station, StationStatus
 
 PAD = " "
@@ -106,7 +108,8 @@ def station(client: Client | None = None, leader: Leader | None = None, **kw: An
 
 def test_a_fresh_status_line() -> None:
     assert StationStatus().line() == (
-        "?" + PAD * 19 + " rtt   0.0 ms  clamps 0     no e-stop  not recording  sent 0  timeouts 0"
+        "?" + PAD * 19 + " rtt   0.0 ms  lead  8.0 ms  misses 0  clamps 0     no e-stop  not recording  sent 0"
+        "  timeouts 0"
     )
 
 
@@ -121,10 +124,12 @@ def test_a_full_status_line() -> None:
         sent=41,
         timeouts=2,
         message="take over",
+        lead_ms=4.449,
+        misses=3,
     )
     assert s.line() == (
-        "teleop (handover)" + PAD * 3 + " rtt   3.5 ms  clamps 12    E-STOP: e-stop from the teleop station  REC"
-        "  sent 41  timeouts 2  | take over"
+        "teleop (handover)" + PAD * 3 + " rtt   3.5 ms  lead  4.4 ms  misses 3  clamps 12    E-STOP: e-stop from the"
+        " teleop station  REC  sent 41  timeouts 2  | take over"
     )
 
 
@@ -134,7 +139,9 @@ def test_a_full_status_line() -> None:
 def test_a_new_station_has_no_session_leads_by_8_ms_and_paces_at_30_hz_until_told(clock: Clock) -> None:
     s = station(who="alice")
     assert (s.session, s.seq, s.rate_hz, s.quit, s.who, s.task) == ("", 0, 30.0, False, "alice", "teleop")
-    assert s.lead_s == pytest.approx(0.008) and s.status == StationStatus()
+    assert s.lead_s == pytest.approx(0.008) and s.status == StationStatus() and s.status.lead_ms == 8.0
+    assert (s.lead.configured_ms, s.lead.fixed, s.lead.samples) == (8.0, False, 0)
+    assert station(lead_ms=5.0, fixed_lead=True).lead.fixed and station(lead_ms=5.0).status.lead_ms == 5.0
     assert s.next_send_at(5.0) == pytest.approx(5.0 + 1 / 30)  # not locked to the loop yet: one period
 
 
@@ -276,6 +283,131 @@ def test_a_target_without_a_reply_is_counted_and_the_session_kept() -> None:
     s.step()
     assert (s.status.timeouts, s.status.message, s.status.sent) == (2, "no reply from the daemon", 0)
     assert s.session == "tok"
+
+
+# --- the lead and the misses -----------------------------------------------------------------
+
+
+class TimedLeader(Leader):
+    """A leader whose read takes ``takes`` seconds of the test's clock."""
+
+    def __init__(self, clock: Clock, takes: float) -> None:
+        super().__init__()
+        self.clock, self.takes = clock, takes
+
+    def read(self) -> np.ndarray:
+        self.clock.t += self.takes
+        return super().read()
+
+
+def test_the_lead_follows_the_measured_read_and_round_trip_once_enough_are(clock: Clock) -> None:
+    client = Client(rtt=3.0)
+    s = station(client, TimedLeader(clock, 1 / 512), lead_ms=8.0)  # reads of 1.953125 ms
+    s.open()
+    for _ in range(MIN_SAMPLES - 1):
+        s.step()
+    assert s.lead.samples == MIN_SAMPLES - 1 and s.status.lead_ms == 8.0 and s.lead_s == pytest.approx(0.008)
+    s.step()
+    # p99 read + half the p99 round trip + the margin
+    assert s.status.lead_ms == pytest.approx(1.953125 + 1.5 + MARGIN_MS, abs=1e-9)
+    assert s.lead_s == pytest.approx((1.953125 + 1.5 + MARGIN_MS) / 1e3, abs=1e-12)
+    assert "lead  4.5 ms  misses 0" in s.status.line()
+
+
+def test_a_fixed_lead_stays_what_it_was_set_to(clock: Clock) -> None:
+    s = station(Client(rtt=3.0), TimedLeader(clock, 1 / 512), lead_ms=6.0, fixed_lead=True)
+    s.open()
+    for _ in range(2 * MIN_SAMPLES):
+        s.step()
+    assert s.lead.samples == 2 * MIN_SAMPLES and s.status.lead_ms == 6.0 and s.lead_s == pytest.approx(0.006)
+
+
+def test_a_target_the_daemon_got_after_the_tick_it_was_read_for_is_a_miss(clock: Clock) -> None:
+    client = Client(rtt=2.0)
+    s = station(client)
+    s.open()  # 32 Hz: a period of 31.25 ms
+    s.step()  # the loop's tick 11 ms after this send (half the round trip, then 10 ms): 100.011
+    assert s.status.misses == 0  # not locked before: nothing to miss
+    clock.t = 100.003  # read 8 ms before that tick
+    client.target = {**TARGET_REPLY, "next_tick_ms": 7.0}  # got 1 ms later, 7 ms before the tick: in time
+    s.step()
+    assert s._loop_tick_at == pytest.approx(100.011, abs=1e-12) and s.status.misses == 0
+    clock.t = 100.03425  # read 8 ms before the next tick (100.04225), but the trip takes 10 ms of a 20 ms
+    client.rtt = 20.0  # round trip: the daemon got it after that tick, and says the next is 29.25 ms away
+    client.target = {**TARGET_REPLY, "next_tick_ms": 29.25}
+    s.step()
+    assert s._loop_tick_at == pytest.approx(100.0735, abs=1e-12)  # the lock follows the loop as before
+    assert s.status.misses == 1 and s.lead.misses == 1 and "misses 1" in s.status.line()
+    clock.t = 100.0655  # read 8 ms before that tick, and in time
+    client.rtt, client.target = 2.0, {**TARGET_REPLY, "next_tick_ms": 7.0}
+    s.step()
+    assert s._loop_tick_at == pytest.approx(100.0735, abs=1e-12) and s.status.misses == 1
+
+
+def test_a_target_read_for_a_tick_that_reached_the_daemon_in_time_is_no_miss_however_it_was_placed(
+    clock: Clock,
+) -> None:
+    client = Client(rtt=2.0)
+    s = station(client)
+    s.open()
+    s.step()  # tick at 100.011
+    clock.t = 100.0109  # read a hair before that tick: it is the one aimed at, and this reply misses it
+    client.target = {**TARGET_REPLY, "next_tick_ms": 29.3}  # 100.0119 + 29.3 ms = 100.0412: a period on
+    s.step()
+    assert s.status.misses == 1
+    clock.t = 100.0413  # read just after the tick: for the next one, reached in 30.25 ms: in time
+    client.target = {**TARGET_REPLY, "next_tick_ms": 30.25}
+    s.step()
+    assert s.status.misses == 1
+
+
+def test_targets_the_daemon_counts_late_are_misses_counted_from_the_sessions_first_reply(clock: Clock) -> None:
+    client = Client(target={**TARGET_REPLY, "late": 5})
+    s = station(client)
+    s.open()
+    s.step()  # the loop's count so far: earlier sessions', not this one's
+    assert s.status.misses == 0
+    s.step()
+    assert s.status.misses == 0
+    client.target = {**TARGET_REPLY, "late": 7}
+    s.step()
+    assert s.status.misses == 2 and s.lead.misses == 2
+    client.target = {**TARGET_REPLY, "late": "many"}  # not a count: ignored
+    s.step()
+    client.target = {**TARGET_REPLY, "late": 7}
+    s.step()
+    assert s.status.misses == 2
+    s.open()  # a new session counts from its own first reply
+    client.target = {**TARGET_REPLY, "late": 9}
+    s.step()
+    assert s.status.misses == 2
+    client.target = {**TARGET_REPLY, "late": 10}
+    s.step()
+    assert s.status.misses == 3
+
+
+def test_misses_widen_the_lead(clock: Clock) -> None:
+    client = Client(target={**TARGET_REPLY, "late": 0}, rtt=2.0)
+    s = station(client)  # leader reads take no time: 0 + 1 + 1 ms
+    s.open()
+    for _ in range(MIN_SAMPLES):
+        s.step()
+    assert s.status.lead_ms == 2.0
+    client.target = {**TARGET_REPLY, "late": 2}
+    s.step()
+    assert s.status.lead_ms == 2.0 + 2 * MISS_MS and s.status.misses == 2
+
+
+def test_the_measured_lead_places_the_sends_as_the_configured_one_did(clock: Clock) -> None:
+    client = Client(rtt=2.0)
+    s = station(client, lead_ms=8.0)
+    s.open()
+    for _ in range(MIN_SAMPLES):
+        s.step()  # every reply: the loop's tick 11 ms after the send, at 100.011
+    assert s.lead_s == pytest.approx(0.002) and s._loop_tick_at == pytest.approx(100.011, abs=1e-12)
+    # 2 ms before a tick of the loop, at least half a period (15.625 ms) away
+    assert s.next_send_at(100.0) == pytest.approx(100.011 - 0.002 + 1 / 32, abs=1e-12)
+    assert s.next_send_at(99.99) == pytest.approx(100.009, abs=1e-12)
 
 
 # --- the pace -------------------------------------------------------------------------------
