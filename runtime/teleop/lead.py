@@ -2,9 +2,10 @@
 what its trips really take, measured on its own clock.
 
 A target must be in the loop's hands before the tick it is for; one that comes after waits a whole
-period for the next. For each target the station measures how long the leader read took and the round
-trip of ``teleop.target`` (durations on its own clock: it never compares two machines' clocks), keeps
-the newest :data:`WINDOW` of each, and leads by
+period for the next. For each target the station measures how long the leader read took, from when it
+was due (waking late for it delays the target as much), and the round trip of ``teleop.target``
+(durations on its own clock: it never compares two machines' clocks), keeps the newest :data:`WINDOW`
+of each, and leads by
 
     p99(read) + p99(round trip) / 2 + MARGIN_MS + MISS_MS x (misses among the newest WINDOW targets)
 
@@ -36,10 +37,11 @@ WINDOW = 100
 #: targets measured before the measured lead replaces the configured one (its p99 is then about the
 #: longest of 20: a first estimate, widened by any miss)
 MIN_SAMPLES = 20
-#: what the two measurements leave out, and the lead's floor: the station's own wake-up before the read
-#: (its sleep overshoots), a round trip split unevenly (the request's leg longer than half), and the
-#: one trip in a hundred past each p99. On one machine over TCP loopback each is a few tenths of a ms
-#: (``bench teleop`` reports the wake-up); what the margin does not cover shows up as misses
+#: what the two measurements leave out, and the lead's floor: a round trip split unevenly (the request's
+#: leg longer than half), the daemon's own time before it hands the target to the loop (inside the
+#: round trip, after the half), and the one trip in a hundred past each p99; on one machine over TCP
+#: loopback the round trip's p99 is about a ms (``bench teleop``), so its uneven split is less than
+#: that. What the margin does not cover shows up as misses, which widen the lead
 MARGIN_MS = 1.0
 #: the widening per miss among the newest WINDOW targets: a miss costs its target a whole period, a ms
 #: more lead costs every target a ms; the lead narrows again as the misses leave the window

@@ -56,6 +56,8 @@ class StationStatus:
     #: the lead in use, and the targets that reached the loop after the tick they were placed before
     lead_ms: float = LEAD_MS
     misses: int = 0
+    #: how long the last leader read took, from when it was due
+    read_ms: float = 0.0
 
     def line(self) -> str:
         mode = self.mode + (f" ({self.phase})" if self.phase else "")
@@ -118,9 +120,12 @@ class Station:
         self.status.message = f"session open, {len(joints)} joints at {self.rate_hz:g} Hz"
         return body
 
-    def step(self) -> None:
-        """Read the leader and send one target; a lost session is re-opened at the next step."""
+    def step(self, placed_at: float | None = None) -> None:
+        """Read the leader and send one target; a lost session is re-opened at the next step.
+        ``placed_at``: when this read was due (:meth:`next_send_at`), so that waking late for it counts
+        in the read the lead is measured from, as it delays the target (None: from the read itself)."""
         if not self.session:
+            placed_at = None  # the open took a round trip of its own: this target was not placed
             try:
                 self.open()
             except ServerError as e:
@@ -131,6 +136,8 @@ class Station:
                 self.status.message = str(e)
                 return
         read_at = time.monotonic()
+        if placed_at is not None:
+            read_at = min(read_at, placed_at)
         try:
             positions = self.leader.read()
         except BusError as e:  # a glitch on the leader's bus: no target this tick; the deadman covers a long one
@@ -139,7 +146,7 @@ class Station:
             return
         self.seq += 1
         sent_at = time.monotonic()
-        # the tick this target is for: the loop's first after the read began (None: not locked yet)
+        # the tick this target is for: the loop's first after the read was due (None: not locked yet)
         aimed = self._tick_after(read_at)
         try:
             body, rtt = self.client.teleop(
@@ -177,7 +184,8 @@ class Station:
             if self._late_seen is not None and late > self._late_seen:
                 missed += late - self._late_seen
             self._late_seen = late
-        self.lead.add((sent_at - read_at) * 1e3, rtt, missed)
+        s.read_ms = (sent_at - read_at) * 1e3
+        self.lead.add(s.read_ms, rtt, missed)
         s.misses = self.lead.misses
         s.lead_ms = self.lead.ms(1.0 / self.rate_hz)
 
@@ -250,7 +258,7 @@ class Station:
             time.sleep(max(0.0, at - time.monotonic()))
             while (ch := keys()) is not None:
                 self.key(ch)
-            self.step()
+            self.step(at)
             steps += 1
             show(self.status.line())
             at = self.next_send_at(time.monotonic())

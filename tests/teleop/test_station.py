@@ -314,6 +314,18 @@ def test_the_lead_follows_the_measured_read_and_round_trip_once_enough_are(clock
     assert "lead  4.5 ms  misses 0" in s.status.line()
 
 
+def test_waking_late_for_a_placed_read_counts_in_the_read_and_an_open_places_nothing(clock: Clock) -> None:
+    client = Client(rtt=2.0)
+    s = station(client, TimedLeader(clock, 1 / 512))
+    s.step(placed_at=99.998)  # no session: the open's round trip is not this read's
+    assert [c for c, _ in client.calls] == ["open", "target"] and s.status.read_ms == pytest.approx(1.953125)
+    s.step(placed_at=clock.t + 1.0)  # a time not yet come: from the read itself
+    assert s.status.read_ms == pytest.approx(1.953125)
+    clock.t = 100.25
+    s.step(placed_at=100.249)  # woke a ms late for it
+    assert s.status.read_ms == pytest.approx(1.0 + 1.953125)
+
+
 def test_a_fixed_lead_stays_what_it_was_set_to(clock: Clock) -> None:
     s = station(Client(rtt=3.0), TimedLeader(clock, 1 / 512), lead_ms=6.0, fixed_lead=True)
     s.open()
