@@ -50,8 +50,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     t.add_argument("--steps", type=int, default=0, help="stop after this many targets (0: until q)")
     t.set_defaults(func=_teleop)
 
-    b = bench.add_parser("teleop", help="leader move -> follower goal write latency over loopback")
-    b.add_argument("--seconds", type=float, default=10.0, help="measured seconds (default 10)")
+    b = bench.add_parser(
+        "teleop", help="leader move -> follower goal write latency over loopback, the station's lead fixed and measured"
+    )
+    b.add_argument("--seconds", type=float, default=10.0, help="measured seconds per lead (default 10)")
     b.add_argument("--rate", type=float, default=30.0, help="control rate, Hz (default 30)")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.set_defaults(func=_bench_teleop)
@@ -108,22 +110,11 @@ def _teleop(args: argparse.Namespace) -> int:
 
 
 def _bench_teleop(args: argparse.Namespace) -> int:
-    from runtime.bench.teleop import run_teleop_bench
+    from runtime.bench.teleop import lines, run_teleop_bench
 
     result = run_teleop_bench(seconds=args.seconds, rate_hz=args.rate)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        lat = result["move_to_write_ms"]
-        measured = (
-            f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms"
-            if lat["p50"] is not None
-            else "none measured"
-        )
-        print(
-            f"teleop at {result['rate_hz']:g} Hz over {result['transport']}: leader move -> follower goal write "
-            f"{measured} "
-            f"(target p99 <= {result['target_p99_ms']:.2f} ms: {'met' if result['target_met'] else 'NOT met'}); "
-            f"{result['samples']} moves; CPU {result['cpu']}"
-        )
+        print("\n".join(lines(result)))
     return 0
