@@ -38,6 +38,7 @@ from drivers.sim.servo import LOG_LENGTH
 from runtime.bench.machine import cpu_line
 from runtime.bench.stats import pcts
 from runtime.paths import data_root
+from runtime.teleop.lead import MIN_SAMPLES
 
 CALIBRATION = "configs/calibration/so101_sim.toml"
 MOVE_DEG = 1.0
@@ -240,7 +241,9 @@ def _station(endpoint: str, seconds: float, calibration: str, lead: str) -> None
             station.step()
             station.key("t")
             end = time.monotonic() + 10
-            while station.status.phase != "tracking" and time.monotonic() < end:
+            # tracking, and the trips measured that the lead is made of (the fixed lead's station streams
+            # as long, so both measure the same steady state, not the measured lead's start)
+            while (station.status.phase != "tracking" or station.lead.samples < MIN_SAMPLES) and time.monotonic() < end:
                 at = station.next_send_at(time.monotonic())
                 time.sleep(max(0.0, at - time.monotonic()))
                 station.step(at)
