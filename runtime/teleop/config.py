@@ -16,7 +16,8 @@ from runtime.errors import ConfigError
 Handover = Literal["move", "wait"]
 
 
-#: how long before the loop's tick a station reads its leader and sends (``teleop --lead-ms``): a loaded
+#: how long before the loop's tick a station reads its leader and sends until its trips are measured
+#: (:mod:`runtime.teleop.lead`), and for good with ``teleop --fixed-lead`` (``teleop --lead-ms``): a loaded
 #: 2-CPU robot computer delayed more than 1 % of the targets past a 4 ms lead, each then waiting a whole
 #: tick (target sent -> servo write p99 36 ms in ``tools.bench.field``); 8 ms covers them
 LEAD_MS = 8.0
