@@ -82,7 +82,7 @@ def test_every_command_and_benchmark_is_offered_with_what_it_does() -> None:
         "canary": "cost of a canary check and the worst delay it adds to a real request",
         "soak": "the daemon's RSS, file descriptors and canary over minutes of back-to-back infers",
         "loop": "control-loop tick jitter and starvation on simulated servos while inference runs",
-        "teleop": "leader move -> follower goal write latency over loopback",
+        "teleop": "leader move -> follower goal write latency over loopback, the station's lead fixed and measured",
         "bus": "time a sync-read + sync-write cycle of 6 servos over a pty",
         "record": "recording's cost per codec, one and two cameras, side by side",
     }

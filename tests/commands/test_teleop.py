@@ -38,8 +38,10 @@ class Station:
     open_fails: BaseException | None = None
     run_stops: BaseException | None = None
 
-    def __init__(self, client: Any, leader: Any, *, who: str, task: str, lead_ms: float) -> None:
-        self.calls.append(("station", client.endpoint, client.timeout_s, type(leader).__name__, who, task, lead_ms))
+    def __init__(self, client: Any, leader: Any, *, who: str, task: str, lead_ms: float, fixed_lead: bool) -> None:
+        self.calls.append(
+            ("station", client.endpoint, client.timeout_s, type(leader).__name__, who, task, lead_ms, fixed_lead)
+        )
 
     def open(self) -> None:
         self.calls.append("open")
@@ -140,12 +142,14 @@ def test_the_options() -> None:
             None,
             False,
             "MS",
-            "read the leader and send this long before the loop's tick (default 8; more on a slow network)",
+            "read the leader and send this long before the loop's tick until the trips are measured (default 8); "
+            "then the lead follows what they take",
         ),
+        ("--fixed-lead", False, None, None, False, None, "keep --lead-ms instead of leading by the measured trips"),
         ("--steps", 0, int, None, False, None, "stop after this many targets (0: until q)"),
     ]
     assert options("bench", "teleop", root=root) == [
-        ("--seconds", 10.0, float, None, False, None, "measured seconds (default 10)"),
+        ("--seconds", 10.0, float, None, False, None, "measured seconds per lead (default 10)"),
         ("--rate", 30.0, float, None, False, None, "control rate, Hz (default 30)"),
         ("--json", False, None, None, False, None, "print the result as JSON"),
     ]
@@ -171,7 +175,7 @@ def test_a_simulated_leader_wanders_and_the_station_runs_until_quit_then_everyth
     assert station == [
         ("sim", f"{tmp_path}/share/configs/calibration/so101_sim.toml", "feetech"),
         "wander",
-        ("station", f"ipc://{tmp_path}/policy.sock", 0.5, "SimLeader", "", "teleop", 8.0),
+        ("station", f"ipc://{tmp_path}/policy.sock", 0.5, "SimLeader", "", "teleop", 8.0, False),
         "open",
         "raw keys",
         ("run", "keys", "Show", 0),
@@ -192,10 +196,10 @@ def test_a_leader_on_a_port_is_opened_with_its_calibration_and_the_options_reach
 ) -> None:
     argv = ["--leader-port", "/dev/ttyACM1", "--calibration", "lead.toml", "--protocol", "dynamixel"]
     more = ["--connect", "tcp://10.0.0.2:5555", "--who", "ann", "--task", "fold", "--timeout-s", "2"]
-    assert main(["teleop", *argv, *more, "--lead-ms", "20", "--steps", "40"]) == 0
+    assert main(["teleop", *argv, *more, "--lead-ms", "20", "--fixed-lead", "--steps", "40"]) == 0
     assert station[:2] == [
         ("port", "/dev/ttyACM1", "lead.toml", "dynamixel"),
-        ("station", "tcp://10.0.0.2:5555", 2.0, "LeaderArm", "ann", "fold", 20.0),
+        ("station", "tcp://10.0.0.2:5555", 2.0, "LeaderArm", "ann", "fold", 20.0, True),
     ]
     assert station[4] == ("run", "keys", "Show", 40)
     assert main(["teleop", "--leader-sim", "--calibration", "mine.toml"]) == 0
@@ -214,7 +218,7 @@ def test_a_leader_on_a_port_needs_its_calibration(station: list[Any], capsys: py
 @pytest.mark.parametrize("lead", ["0", "100"])
 def test_the_lead_is_taken_from_0_to_100_ms(lead: str, station: list[Any]) -> None:
     assert main(["teleop", "--leader-sim", "--lead-ms", lead]) == 0
-    assert station[2][-1] == float(lead)
+    assert station[2][-2:] == (float(lead), False)
 
 
 @pytest.mark.parametrize(("lead", "said"), [("-0.5", "-0.5"), ("100.5", "100.5"), ("1e3", "1000")])
@@ -245,27 +249,19 @@ def test_ctrl_c_ends_the_session_with_exit_0_and_a_failure_still_closes_everythi
     assert station[-4:] == ["show done", "station closed", "client closed", "leader closed"]
 
 
-def test_bench_teleop_prints_the_latencies_and_whether_the_target_was_met(
+def test_bench_teleop_hands_over_its_options_and_prints_the_bench_lines_or_the_json(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     runs: list[dict[str, Any]] = []
-    result = {
-        "rate_hz": 30.0,
-        "transport": "ipc",
-        "move_to_write_ms": {"p50": 1.234, "p99": 5.0, "max": 12.345},
-        "target_p99_ms": 33.333,
-        "target_met": True,
-        "samples": 290,
-        "cpu": "Xeon",
-    }
+    result = {"rate_hz": 30.0, "leads": {}, "p99_measured_over_fixed": None}
 
     def run(**kw: Any) -> dict[str, Any]:
         runs.append(kw)
         return result
 
     monkeypatch.setattr(runtime.bench.teleop, "run_teleop_bench", run)
+    monkeypatch.setattr(runtime.bench.teleop, "lines", lambda r: ["line one", f"line two {r['rate_hz']:g}"])
     assert main(["bench", "teleop"]) == 0
-    result["target_met"] = False
     assert main(["bench", "teleop", "--seconds", "2", "--rate", "100"]) == 0
     assert main(["bench", "teleop", "--json"]) == 0
     assert runs == [
@@ -273,31 +269,6 @@ def test_bench_teleop_prints_the_latencies_and_whether_the_target_was_met(
         {"seconds": 2.0, "rate_hz": 100.0},
         {"seconds": 10.0, "rate_hz": 30.0},
     ]
-    out = capsys.readouterr().out.split("\n", 2)
-    line = (
-        "teleop at 30 Hz over ipc: leader move -> follower goal write p50 1.23 ms, p99 5.00 ms, max 12.35 ms "
-        "(target p99 <= 33.33 ms: {}); 290 moves; CPU Xeon"
-    )
-    assert out[:2] == [line.format("met"), line.format("NOT met")]
-    assert json.loads(out[2]) == result
-    assert out[2].startswith('{\n  "rate_hz": 30.0,\n')
-
-
-def test_bench_teleop_says_so_when_no_move_reached_the_follower(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    result = {
-        "rate_hz": 30.0,
-        "transport": "ipc",
-        "move_to_write_ms": {"p50": None, "p99": None, "max": None},
-        "target_p99_ms": 33.333,
-        "target_met": False,
-        "samples": 0,
-        "cpu": "Xeon",
-    }
-    monkeypatch.setattr(runtime.bench.teleop, "run_teleop_bench", lambda **kw: result)
-    assert main(["bench", "teleop"]) == 0
-    assert capsys.readouterr().out == (
-        "teleop at 30 Hz over ipc: leader move -> follower goal write none measured "
-        "(target p99 <= 33.33 ms: NOT met); 0 moves; CPU Xeon\n"
-    )
+    out = capsys.readouterr().out.split("\n", 4)
+    assert out[:4] == ["line one", "line two 30", "line one", "line two 30"]
+    assert json.loads(out[4]) == result and out[4].startswith('{\n  "rate_hz": 30.0,\n')
