@@ -1,25 +1,6 @@
-"""Fixtures for the arm process tests: a short temporary directory (Unix socket paths are short) and
-a synthetic camera publishing over ZeroMQ, as in the control tests."""
+"""Fixtures for the arm process tests: the control tests' short temporary directory (Unix socket paths
+are short) and synthetic camera publishing over ZeroMQ, taken from tests/control/conftest.py."""
 
-from __future__ import annotations
+from tests.control.conftest import camera, short_dir
 
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from tests.control.conftest import Camera
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="lrt-a-") as d:
-        yield Path(d)
-
-
-@pytest.fixture
-def camera(short_dir: Path) -> Iterator[Camera]:
-    cam = Camera(f"ipc://{short_dir}/cam.sock")
-    yield cam
-    cam.close()
+__all__ = ["camera", "short_dir"]

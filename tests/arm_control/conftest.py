@@ -1,28 +1,7 @@
-"""Fixtures for the daemon's side of arm control: the control tests' calibration, manifest and
-simulated arm, a short temporary directory (Unix socket paths are short) and a synthetic camera
-publishing over ZeroMQ."""
+"""Fixtures for the daemon's side of arm control: the control tests' calibration, manifest, simulated
+arm, short temporary directory (Unix socket paths are short) and synthetic camera publishing over
+ZeroMQ, taken from tests/control/conftest.py."""
 
-from __future__ import annotations
+from tests.control.conftest import calibration, camera, manifest, short_dir, sim_arm
 
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from tests.control.conftest import Camera, calibration, manifest, sim_arm
-
-__all__ = ["calibration", "manifest", "sim_arm"]
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="lrt-ac-") as d:
-        yield Path(d)
-
-
-@pytest.fixture
-def camera(short_dir: Path) -> Iterator[Camera]:
-    cam = Camera(f"ipc://{short_dir}/cam.sock")
-    yield cam
-    cam.close()
+__all__ = ["calibration", "camera", "manifest", "short_dir", "sim_arm"]
