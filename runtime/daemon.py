@@ -29,6 +29,7 @@ from runtime.arm_control.interface import ArmControl
 from runtime.arm_control.streams import ObservationStreams
 from runtime.arm_control.teleop import TeleopControl
 from runtime.arm_monitor import ArmMonitor
+from runtime.bundle.interface import PolicyInterface
 from runtime.config import DaemonConfig, load_config
 from runtime.control.config import rtc_in_effect
 from runtime.engine.affinity import inference_cpus, process_on
@@ -205,7 +206,8 @@ class Daemon:
             self.arm.sim = sim
             arm_cfg = replace(arm_cfg, kind=arm_cfg.sim_protocol, port=sim.simulator.port)
         manifest = server.engine.manifest
-        rtc_in_effect(self.config.control, manifest)  # a [control.rtc] the bundle cannot follow: refused here
+        policy = PolicyInterface.of_manifest(manifest, f"bundle {server.engine.info.bundle}")
+        rtc_in_effect(self.config.control, policy)  # a [control.rtc] the bundle cannot follow: refused here
         allowed = set(os.sched_getaffinity(0))
         control_cpu = self.config.engine.control_cpu
         cpu = control_cpu if control_cpu in allowed else None
@@ -217,8 +219,8 @@ class Daemon:
             arm=arm_cfg,
             control=self.config.control,
             teleop=self.config.teleop,
-            manifest=manifest,
-            feed=StreamFeed(inference, manifest, self.streams),
+            policy=policy,
+            feed=StreamFeed(inference, policy, self.streams),
             cpu=cpu,
             record=self.config.recording.enabled,
         )

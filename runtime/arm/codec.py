@@ -5,7 +5,7 @@ its value under the field's own name; a field at its default of None or False is
 as the default on arrival. Arrays travel as ``[dtype, shape, bytes]`` (numeric dtypes only, the bytes
 copied out on arrival); the joint values of a snapshot, an episode record and a teleop target as lists
 of floats; a latch as ``[id, reason, requested_at]``; a command as ``[word, who, latch]``; the
-configuration as the maps its own parsers take (``from_mapping``, ``parse_manifest``).
+configuration as the maps its own parsers take (``from_mapping``, ``parse_interface``).
 
 Decoding takes nothing on trust: a datagram that is not msgpack, not a map, of an unknown kind, or
 with a field missing, unknown or of the wrong type is refused with a
@@ -34,7 +34,7 @@ from drivers.bus import JointState
 from drivers.config import ArmConfig
 from drivers.configtools import from_mapping
 from runtime.arm import messages as m
-from runtime.bundle.manifest import parse_manifest
+from runtime.bundle.interface import parse_interface
 from runtime.control.config import ControlConfig
 from runtime.control.feed import Blocked, Prefix
 from runtime.control.latch import Latch
@@ -536,11 +536,11 @@ def _config(cls: type[Any], section: str) -> _Value:
     return _Value(asdict, decode, f"a [{section}] table")
 
 
-def _decode_manifest(v: Any) -> Any:
+def _decode_policy(v: Any) -> Any:
     try:
-        return parse_manifest(_map(v), "the daemon's manifest")
+        return parse_interface(_map(v), "the daemon's policy interface")
     except ValueError as e:  # BundleError: names the field
-        raise _Wrong(v, why=f"is not a manifest this version takes: {e}") from None
+        raise _Wrong(v, why=f"is not a policy interface this version takes: {e}") from None
 
 
 # --- the kinds ----------------------------------------------------------------------------------------
@@ -619,7 +619,7 @@ _KINDS: Final[tuple[_Kind, ...]] = (
             _Field("control", _config(ControlConfig, "control")),
             _Field("teleop", _config(TeleopConfig, "teleop")),
             _Field("arm", _config(ArmConfig, "arm")),
-            _Field("manifest", _Value(lambda x: x.to_json(), _decode_manifest, "a manifest map")),
+            _Field("policy", _Value(lambda x: x.to_json(), _decode_policy, "a policy interface map")),
             _Field("cpu", _optional(INT), None),
             _Field("arm_wait_s", FLOAT, 0.0),
             _Field("record", BOOL, False),

@@ -20,7 +20,7 @@ from typing import Any, Final
 import numpy as np
 
 from drivers.config import ArmConfig
-from runtime.bundle.manifest import Manifest
+from runtime.bundle.interface import PolicyInterface
 from runtime.control.config import ControlConfig
 from runtime.control.feed import Blocked, Prefix
 from runtime.control.latch import Latch
@@ -29,7 +29,7 @@ from runtime.control.snapshot import Snapshot
 from runtime.control.target import Target
 from runtime.teleop.config import TeleopConfig
 
-LINK_VERSION: Final = 2
+LINK_VERSION: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class Init:
     control: ControlConfig
     teleop: TeleopConfig
     arm: ArmConfig
-    manifest: Manifest
+    policy: PolicyInterface
     #: the CPU the arm process keeps to, None for any
     cpu: int | None = None
     #: how long to wait for an absent arm, in seconds (0: not at all)

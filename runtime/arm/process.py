@@ -312,7 +312,7 @@ def run(fd: int) -> int:
         link.send_last(Failed(f"the arm process cannot take the daemon's configuration: {e}"))
         link.close()
         return 1
-    control, manifest, cpu = init.control, init.manifest, init.cpu
+    control, policy_interface, cpu = init.control, init.policy, init.cpu
 
     side: ArmSide | None = None
     stop = {"term": False}
@@ -357,9 +357,11 @@ def run(fd: int) -> int:
     policy = LinkPolicy(link, control.link_timeout_s)
     loop: ControlLoop | None = None
     try:
-        side = ArmSide(link, policy, control_rate(control, manifest.control_rate_hz))
+        side = ArmSide(link, policy, control_rate(control, policy_interface.control_rate_hz))
         try:
-            loop = ControlLoop(bus, bus.calibration, manifest, control, policy, cpu=cpu, teleop=init.teleop, hooks=side)
+            loop = ControlLoop(
+                bus, bus.calibration, policy_interface, control, policy, cpu=cpu, teleop=init.teleop, hooks=side
+            )
         except Exception as e:  # a policy for another arm: the daemon reports it and exits; nothing moved
             link.send_last(Failed(str(e)))
             return 1

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from runtime.arm_control.streams import ObservationStreams
-from runtime.bundle.manifest import Manifest
+from runtime.bundle.interface import PolicyInterface
 from runtime.control.feed import Blocked, OnDone, Prefix, state_input
 from runtime.engine.validate import validate_inputs
 from runtime.errors import ConfigError, InputValidationError
@@ -45,11 +45,13 @@ class StreamFeed:
 
     Runs where the streams are received: on the daemon's arm-link thread, for the loop in the arm process."""
 
-    def __init__(self, inference: Inference, manifest: Manifest, streams: ObservationStreams | None = None) -> None:
+    def __init__(
+        self, inference: Inference, policy: PolicyInterface, streams: ObservationStreams | None = None
+    ) -> None:
         self.inference = inference
         self.streams = streams
-        self.inputs = manifest.observation_inputs
-        self.state_input = state_input(manifest)
+        self.inputs = policy.observation_inputs
+        self.state_input = state_input(policy)
         stream_names = set(streams.names) if streams is not None else set()
         unfed = [s.name for s in self.inputs if s.name != self.state_input and s.name not in stream_names]
         if unfed:

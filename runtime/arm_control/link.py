@@ -77,7 +77,7 @@ from runtime.arm.messages import (
 from runtime.arm.wire import Link, LinkClosed, Refusals
 from runtime.arm_control.episodes import EpisodeTap
 from runtime.arm_control.feed import StreamFeed
-from runtime.bundle.manifest import Manifest
+from runtime.bundle.interface import PolicyInterface
 from runtime.control.config import ControlConfig, control_rate
 from runtime.control.events import EventLog
 from runtime.control.feed import Blocked
@@ -145,19 +145,19 @@ class ArmLink:
         arm: ArmConfig,
         control: ControlConfig,
         teleop: TeleopConfig,
-        manifest: Manifest,
+        policy: PolicyInterface,
         feed: StreamFeed,
         cpu: int | None,
         record: bool = False,
     ) -> None:
         self.arm_config = arm
         self.config = control
-        self.manifest = manifest
+        self.policy = policy
         self.feed = feed
         self.cpu = cpu
         self.record = record
-        self.names = tuple(manifest.action_names)
-        self.rate_hz = control_rate(control, manifest.control_rate_hz)
+        self.names = tuple(policy.action_names)
+        self.rate_hz = control_rate(control, policy.control_rate_hz)
         self.period = 1.0 / self.rate_hz
         self.events = EventLog()
         self.dump_requests: deque[str] = deque()
@@ -216,7 +216,7 @@ class ArmLink:
                 self.config,
                 self.teleop.config,
                 self.arm_config,
-                self.manifest,
+                self.policy,
                 self.cpu,
                 wait_s,
                 self.record,

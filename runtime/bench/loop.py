@@ -30,6 +30,7 @@ from runtime.arm_control.feed import StreamFeed
 from runtime.arm_control.handler import ServerInference
 from runtime.arm_control.streams import ObservationStreams
 from runtime.bench.machine import cpu_line
+from runtime.bundle.interface import PolicyInterface
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.control.loop import ControlLoop
 from runtime.control.writetime import summarize_errors
@@ -128,12 +129,13 @@ def _run_case(
     servos = _ServoProcess()
     bus = FeetechBus(servos.port, cal)
     bus.connect()
+    interface = PolicyInterface.of_manifest(engine.manifest)
     loop = ControlLoop(
         bus,
         cal,
-        engine.manifest,
+        interface,
         config,
-        StreamFeed(ServerInference(server), engine.manifest, streams),
+        StreamFeed(ServerInference(server), interface, streams),
         cpu=control_cpu,
     )
     try:

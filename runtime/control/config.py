@@ -14,7 +14,7 @@ from runtime.bundle.rtc import SCHEDULES
 from runtime.errors import ConfigError
 
 if TYPE_CHECKING:
-    from runtime.bundle.manifest import Manifest
+    from runtime.bundle.interface import PolicyInterface
 
 Aggregate = Literal["latest", "average", "temporal_ensemble"]
 StallAction = Literal["hold", "rest", "torque_off"]
@@ -207,11 +207,11 @@ class ControlConfig:
             raise ConfigError(f"control.streams: input {dup[0]!r} has more than one stream")
 
 
-def rtc_in_effect(config: ControlConfig, manifest: Manifest) -> bool:
+def rtc_in_effect(config: ControlConfig, policy: PolicyInterface) -> bool:
     """Whether the loop's requests carry the plan's leftover; raises :class:`ConfigError` naming the key
     when ``[control.rtc]`` asks for what the bundle cannot do."""
-    rtc, entry = config.rtc, manifest.rtc
-    if entry is None:
+    rtc, steps = config.rtc, policy.rtc_chunk_size
+    if not steps:
         given = rtc.given()
         if given:
             raise ConfigError(
@@ -228,9 +228,9 @@ def rtc_in_effect(config: ControlConfig, manifest: Manifest) -> bool:
             f"{config.aggregate!r}; or set control.rtc.enabled = false"
         )
     horizon = rtc.execution_horizon
-    if horizon is not None and horizon > entry.chunk_size:
+    if horizon is not None and horizon > steps:
         raise ConfigError(
-            f"control.rtc.execution_horizon: expected 1..{entry.chunk_size} (the policy's chunk size), got {horizon}"
+            f"control.rtc.execution_horizon: expected 1..{steps} (the policy's chunk size), got {horizon}"
         )
     return True
 

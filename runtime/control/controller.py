@@ -35,7 +35,7 @@ import numpy as np
 
 from drivers.calibration import Calibration
 from drivers.errors import BusError
-from runtime.bundle.manifest import Manifest
+from runtime.bundle.interface import PolicyInterface
 from runtime.control.actions import ActionQueue
 from runtime.control.config import ControlConfig, rtc_in_effect
 from runtime.control.events import TickEvents
@@ -142,7 +142,7 @@ class Controller:
         self,
         names: tuple[str, ...],
         calibration: Calibration,
-        manifest: Manifest,
+        policy: PolicyInterface,
         config: ControlConfig,
         *,
         teleop: TeleopConfig,
@@ -153,17 +153,17 @@ class Controller:
         #: what the controller and its envelope raised since the runner last moved them to the event log
         self.events = TickEvents()
         self.period = period
-        chunk = manifest.chunk_length
+        chunk = policy.chunk_length
         self.n_steps = min(config.n_action_steps or chunk, chunk)
         self.refill_at = math.ceil(config.chunk_size_threshold * self.n_steps)
         # A policy that looks at several observations sees one per tick, as in LeRobot's select_action:
         # every running tick that does not ask for a chunk still hands its observation over.
-        self._observe_every_tick = manifest.observation_history > 1
-        state_input(manifest)  # the joints fill exactly one input: refused here, not at the first ask
+        self._observe_every_tick = policy.observation_history > 1
+        state_input(policy)  # the joints fill exactly one input: refused here, not at the first ask
         # Real-time chunking: each request carries the plan's leftover, up to the policy's chunk size,
         # and the delay, at most one short of the steps a chunk serves (the server's bound).
-        self.rtc = rtc_in_effect(config, manifest)
-        self._prefix_steps = manifest.rtc.chunk_size if manifest.rtc is not None else 0
+        self.rtc = rtc_in_effect(config, policy)
+        self._prefix_steps = policy.rtc_chunk_size
         self._max_delay = chunk - 1
         n = len(names)
         self.queue = ActionQueue(n, horizon=4 * chunk, aggregate=config.aggregate, coeff=config.ensemble_coeff)

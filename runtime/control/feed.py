@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from runtime.bundle.manifest import Manifest
+from runtime.bundle.interface import PolicyInterface
 from runtime.errors import ConfigError
 
 OnDone = Callable[[np.ndarray | None, str | None], None]
@@ -68,10 +68,10 @@ class PolicyFeed(Protocol):
         ...
 
 
-def state_input(manifest: Manifest) -> str:
+def state_input(policy: PolicyInterface) -> str:
     """The one input with role ``state``: the loop fills it from the joints."""
-    names = tuple(manifest.action_names)
-    states = [s for s in manifest.observation_inputs if s.role == "state"]
+    names = tuple(policy.action_names)
+    states = [s for s in policy.observation_inputs if s.role == "state"]
     if len(states) != 1:
         raise ConfigError(
             f"the control loop fills exactly one input with role 'state' from the joints; the policy has "

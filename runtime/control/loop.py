@@ -50,7 +50,7 @@ import numpy as np
 from drivers.bus import JointState
 from drivers.calibration import Calibration
 from drivers.errors import BusError, ServoFaultError
-from runtime.bundle.manifest import Manifest
+from runtime.bundle.interface import PolicyInterface
 from runtime.control.clock import Ticker, pin_thread, request_realtime
 from runtime.control.config import ControlConfig, control_rate
 from runtime.control.controller import Ask, ChunkResult, Controller, Decision, Inputs
@@ -108,7 +108,7 @@ class ControlLoop:
         self,
         bus: ArmBus,
         calibration: Calibration,
-        manifest: Manifest,
+        policy_interface: PolicyInterface,
         config: ControlConfig,
         policy: PolicyFeed,
         *,
@@ -125,17 +125,19 @@ class ControlLoop:
         self.events = events if events is not None else EventLog()
         self.cpu = cpu
         self._clock = clock
-        self.names = tuple(joint_name(n, bus.joints) for n in manifest.action_names)
+        self.names = tuple(joint_name(n, bus.joints) for n in policy_interface.action_names)
         missing = [n for n in self.names if n not in bus.joints]
         if missing:
             raise ConfigError(
                 f"the policy's action names {', '.join(missing)} are not joints of the arm "
                 f"({', '.join(bus.joints)}); the bundle was made for another arm"
             )
-        self.rate_hz = control_rate(config, manifest.control_rate_hz)
+        self.rate_hz = control_rate(config, policy_interface.control_rate_hz)
         self.period = 1.0 / self.rate_hz
         teleop = teleop if teleop is not None else TeleopConfig()
-        self.controller = Controller(self.names, calibration, manifest, config, teleop=teleop, period=self.period)
+        self.controller = Controller(
+            self.names, calibration, policy_interface, config, teleop=teleop, period=self.period
+        )
         #: the steps run per chunk and the queue depth the next is asked for at (fixed, for status)
         self.n_steps, self.refill_at = self.controller.n_steps, self.controller.refill_at
         #: commands and e-stops from other threads, taken at the next tick (e-stops first)

@@ -51,7 +51,7 @@ from runtime.arm.wire import Link, LinkClosed
 from runtime.control.config import ControlConfig
 from runtime.control.mailbox import Start
 from runtime.teleop.config import TeleopConfig
-from tests.control.small_arm import manifest as small_manifest
+from tests.control.small_arm import interface as small_interface
 
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION = str(ROOT / "configs" / "calibration" / "so101_sim.toml")
@@ -114,7 +114,7 @@ def init(
         ControlConfig(**control),
         TeleopConfig(),
         arm or ArmConfig(kind="sim", calibration=CALIBRATION),
-        small_manifest(names=names, rate_hz=30),
+        small_interface(names=names, rate_hz=30),
         cpu=cpu,
     )
     wire: dict[str, Any] = msgpack.unpackb(encode(message), raw=False, strict_map_key=False)
@@ -339,7 +339,7 @@ def test_a_policy_for_another_arm_is_told_to_the_daemon_and_nothing_moves(
         ("control", {"rate": 1}, "control: unknown key(s) rate; expected some of "),
         ("teleop", {"handover": "jump"}, "teleop.handover: expected one of "),
         ("arm", {"kind": "robot"}, "arm.kind: expected one of "),
-        ("manifest", {"format": "other"}, "the daemon's manifest: "),
+        ("policy", {"policy_name": 3}, "the daemon's policy interface: field 'policy_name'"),
     ],
 )
 def test_a_configuration_that_does_not_parse_is_told_to_the_daemon_naming_its_section(

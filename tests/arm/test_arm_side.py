@@ -57,7 +57,7 @@ from runtime.control.mode import Mode
 from runtime.control.target import Target
 from runtime.errors import LinkProtocolError, LinkVersionError
 from runtime.teleop.config import TeleopConfig
-from tests.control.small_arm import CAL, Bus, Clock, at, manifest
+from tests.control.small_arm import CAL, Bus, Clock, at, interface
 
 
 class FakeTime:
@@ -113,7 +113,7 @@ class Rig:
             safety=SafetyConfig(stall_action="rest"),
         )
         self.loop = ControlLoop(
-            Bus(Clock()), CAL, manifest(), config, self.policy, clock=clock.monotonic, hooks=self.side
+            Bus(Clock()), CAL, interface(), config, self.policy, clock=clock.monotonic, hooks=self.side
         )
 
     def said(self) -> list[tuple[int, str]]:
@@ -710,7 +710,7 @@ def _init(**fields: Any) -> Init:
         ControlConfig(rate_hz=8.0, rt_priority=0, streams=()),
         TeleopConfig(),
         ArmConfig(port="/dev/ttyTEST"),
-        manifest(),
+        interface(),
         **fields,
     )
 

@@ -30,7 +30,7 @@ from runtime.control.snapshot import Snapshot
 from runtime.control.target import Target
 from runtime.errors import LinkProtocolError, LinkVersionError
 from runtime.teleop.config import TeleopConfig
-from tests.control.small_arm import manifest
+from tests.control.small_arm import interface
 
 SNAPSHOT = Snapshot(
     tick=4321,
@@ -70,7 +70,7 @@ SAMPLES: tuple[m.Message, ...] = (
         ControlConfig(rate_hz=8.0, rt_priority=0, streams=()),
         TeleopConfig(deadman_ms=150.0),
         ArmConfig(port="/dev/ttyTEST"),
-        manifest(),
+        interface(),
         cpu=1,
         arm_wait_s=7.5,
         record=True,
@@ -374,8 +374,11 @@ def test_a_configuration_section_that_does_not_parse_is_refused_naming_it() -> N
         "the daemon's 'init' message: 'control' is not a [control] table this version takes: "
         "control: unknown key(s) rate; expected some of "
     )
-    e = refused({**init, "manifest": {"format": "other"}})
-    assert e.field == "manifest" and "is not a manifest this version takes: the daemon's manifest: " in str(e)
+    e = refused({**init, "policy": {"policy_name": ""}})
+    assert e.field == "policy" and (
+        "is not a policy interface this version takes: the daemon's policy interface: field 'policy_name': "
+        "expected the policy's name, got ''"
+    ) in str(e)
 
 
 def test_an_extension_type_is_refused() -> None:

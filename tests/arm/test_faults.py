@@ -279,6 +279,7 @@ def test_a_stop_while_the_arm_process_starts_ends_the_wait_whenever_the_signal_l
     it then dies of the signal itself. Either way the daemon reads a stop, not a crashed arm process."""
     from drivers.config import ArmConfig
     from runtime.arm_control.link import ArmLink
+    from runtime.bundle.interface import PolicyInterface
     from runtime.bundle.manifest import read_manifest
     from runtime.control.config import ControlConfig
     from runtime.teleop.config import TeleopConfig
@@ -289,7 +290,7 @@ def test_a_stop_while_the_arm_process_starts_ends_the_wait_whenever_the_signal_l
         arm=ArmConfig(kind="feetech", port=str(short_dir / "ttyACM9"), calibration=str(CALIBRATION)),
         control=ControlConfig(rt_priority=0),
         teleop=TeleopConfig(),
-        manifest=read_manifest(demo_bundle),
+        policy=PolicyInterface.of_manifest(read_manifest(demo_bundle)),
         feed=None,  # type: ignore[arg-type]  # never asked: the arm never comes
         cpu=None,
     )

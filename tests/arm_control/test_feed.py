@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from runtime.arm_control.feed import StreamFeed, describe_stale
-from runtime.bundle.manifest import Manifest, parse_manifest
+from runtime.bundle.interface import PolicyInterface
+from runtime.bundle.manifest import parse_manifest
 from runtime.control.feed import Blocked, state_input
 from runtime.errors import ConfigError
 
@@ -35,11 +36,11 @@ BASE: dict[str, Any] = {
 }
 
 
-def _manifest(inputs: list[dict[str, Any]] | None = None) -> Manifest:
+def _interface(inputs: list[dict[str, Any]] | None = None) -> PolicyInterface:
     data = copy.deepcopy(BASE)
     if inputs is not None:
         data["inputs"] = inputs
-    return parse_manifest(data)
+    return PolicyInterface.of_manifest(parse_manifest(data))
 
 
 @dataclass
@@ -98,7 +99,7 @@ FRAME = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
 
 
 def test_the_state_input_is_the_one_with_role_state() -> None:
-    assert state_input(_manifest()) == "joints"
+    assert state_input(_interface()) == "joints"
 
 
 @pytest.mark.parametrize(
@@ -127,24 +128,24 @@ def test_the_state_input_is_the_one_with_role_state() -> None:
 )
 def test_a_policy_whose_state_the_loop_cannot_fill_is_refused(inputs: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        state_input(_manifest(inputs))
+        state_input(_interface(inputs))
     assert str(err.value) == message
 
 
 def test_an_input_without_a_stream_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError) as err:
-        StreamFeed(Inference(), _manifest())
+        StreamFeed(Inference(), _interface())
     assert str(err.value) == (
         "the policy input(s) cam have no source: add a [[control.streams]] entry "
         "(input = NAME, endpoint = where its producer publishes) for each"
     )
     with pytest.raises(ConfigError, match="the policy input"):
-        StreamFeed(Inference(), _manifest(), Streams(other=FRAME))  # type: ignore[arg-type]
+        StreamFeed(Inference(), _interface(), Streams(other=FRAME))  # type: ignore[arg-type]
 
 
 def test_a_state_only_policy_needs_no_stream() -> None:
     inference = Inference()
-    feed = StreamFeed(inference, _manifest([{"name": "joints", "dtype": "float32", "shape": [3], "role": "state"}]))
+    feed = StreamFeed(inference, _interface([{"name": "joints", "dtype": "float32", "shape": [3], "role": "state"}]))
     assert feed.submit(np.array([1.0, 2.0, 3.0]), lambda a, r: None) is True
     ((arrays, reset),) = inference.submitted
     assert reset is False
@@ -156,7 +157,7 @@ def test_a_state_only_policy_needs_no_stream() -> None:
 
 def test_a_submit_sends_the_joints_and_the_newest_frame_in_the_policys_input_order() -> None:
     inference = Inference(accept=False)
-    feed = StreamFeed(inference, _manifest(), Streams(cam=FRAME))  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(), Streams(cam=FRAME))  # type: ignore[arg-type]
     done: list[Any] = []
     assert feed.submit(np.array([0.5, -1.0, 2.0], np.float64), lambda a, r: done.append((a, r)), reset=True) is False
     ((arrays, reset),) = inference.submitted
@@ -172,7 +173,7 @@ def test_a_submit_sends_the_joints_and_the_newest_frame_in_the_policys_input_ord
 
 def test_no_frame_yet_is_a_reason_given_to_the_caller_and_nothing_is_submitted() -> None:
     inference = Inference()
-    feed = StreamFeed(inference, _manifest(), Streams(cam=None))  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(), Streams(cam=None))  # type: ignore[arg-type]
     done: list[Any] = []
     assert feed.submit(np.zeros(3), lambda a, r: done.append((a, r))) is True
     assert done == [(None, "observation refused: nothing received yet on stream cam")]
@@ -183,7 +184,7 @@ def test_no_frame_yet_is_a_reason_given_to_the_caller_and_nothing_is_submitted()
 
 def test_a_frame_of_the_wrong_shape_is_refused_and_counted() -> None:
     inference = Inference()
-    feed = StreamFeed(inference, _manifest(), Streams(cam=np.zeros((3, 2, 3), np.uint8)))  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(), Streams(cam=np.zeros((3, 2, 3), np.uint8)))  # type: ignore[arg-type]
     done: list[Any] = []
     assert feed.submit(np.zeros(3), lambda a, r: done.append((a, r))) is True
     assert done == [(None, "observation refused: input 'cam': expected shape [2, 2, 3], got [3, 2, 3]")]
@@ -196,7 +197,7 @@ def test_a_frame_of_the_wrong_shape_is_refused_and_counted() -> None:
 
 def test_observe_adds_to_the_history_without_asking() -> None:
     inference = Inference()
-    feed = StreamFeed(inference, _manifest(), Streams(cam=FRAME))  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(), Streams(cam=FRAME))  # type: ignore[arg-type]
     feed.observe(np.ones(3), reset=True)
     feed.observe(np.ones(3))
     assert [r for _, r in inference.observed] == [True, False]
@@ -204,7 +205,7 @@ def test_observe_adds_to_the_history_without_asking() -> None:
     assert inference.observed[0][0][1].dtype == np.float32
     assert feed.counters["observations"] == 2
     assert inference.submitted == []
-    empty = StreamFeed(inference, _manifest(), Streams(cam=None))  # type: ignore[arg-type]
+    empty = StreamFeed(inference, _interface(), Streams(cam=None))  # type: ignore[arg-type]
     empty.observe(np.ones(3))
     assert empty.counters["observations"] == 0 and len(inference.observed) == 2
 
@@ -217,7 +218,7 @@ def test_stale_streams_block_naming_each_with_its_age_and_limit() -> None:
         {"name": "joints", "dtype": "float32", "shape": [3], "role": "state"},
     ]
     inference = Inference()
-    feed = StreamFeed(inference, _manifest(inputs), streams)  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(inputs), streams)  # type: ignore[arg-type]
     assert feed.blocked(1.5) is None
     streams.stale_now = [("cam", 900.4), ("wrist", None)]
     inference.failed = "parity drifted"  # the streams are named first
@@ -231,7 +232,7 @@ def test_stale_streams_block_naming_each_with_its_age_and_limit() -> None:
 
 def test_a_failed_self_check_blocks_as_untrusted() -> None:
     inference = Inference()
-    feed = StreamFeed(inference, _manifest(), Streams(cam=FRAME))  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(), Streams(cam=FRAME))  # type: ignore[arg-type]
     inference.failed = ""
     assert feed.blocked(0.0) is None
     inference.failed = "canary error 0.4 > 0.075"
@@ -240,7 +241,7 @@ def test_a_failed_self_check_blocks_as_untrusted() -> None:
 
 def test_the_rest_of_the_parity_gate_blocks_until_it_passed_and_a_failure_comes_first() -> None:
     inference = Inference()
-    feed = StreamFeed(inference, _manifest(), Streams(cam=FRAME))  # type: ignore[arg-type]
+    feed = StreamFeed(inference, _interface(), Streams(cam=FRAME))  # type: ignore[arg-type]
     inference.gate = "the parity gate is still running: 2 of 16 replays passed"
     assert feed.blocked(0.0) == Blocked(
         "gate", "policy not proven yet: the parity gate is still running: 2 of 16 replays passed"
@@ -267,4 +268,4 @@ def test_every_input_without_a_stream_is_named() -> None:
         {"name": "joints", "dtype": "float32", "shape": [3], "role": "state"},
     ]
     with pytest.raises(ConfigError, match=r"^the policy input\(s\) cam, wrist have no source: "):
-        StreamFeed(Inference(), _manifest(inputs))
+        StreamFeed(Inference(), _interface(inputs))

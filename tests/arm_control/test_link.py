@@ -56,7 +56,7 @@ from runtime.control.mailbox import Release, Shutdown, Start, Stop, TakeOver
 from runtime.control.mode import Mode
 from runtime.control.snapshot import Snapshot
 from runtime.teleop.config import TeleopConfig
-from tests.control.small_arm import JOINTS, manifest
+from tests.control.small_arm import JOINTS, interface
 
 
 class Feed:
@@ -122,7 +122,7 @@ def rig() -> Iterator[tuple[ArmLink, Link, Feed]]:
         arm=ArmConfig(),
         control=ControlConfig(rate_hz=8.0, rt_priority=0, streams=()),
         teleop=TeleopConfig(),
-        manifest=manifest(),
+        policy=interface(),
         feed=feed,  # type: ignore[arg-type]
         cpu=None,
     )
@@ -150,7 +150,7 @@ def test_a_new_link_has_no_process_and_the_loops_figures() -> None:
         arm=ArmConfig(),
         control=ControlConfig(rate_hz=0.0, rt_priority=0, streams=()),
         teleop=TeleopConfig(deadman_ms=150.0),
-        manifest=manifest(),
+        policy=interface(),
         feed=Feed(),  # type: ignore[arg-type]
         cpu=1,
         record=True,
@@ -161,7 +161,7 @@ def test_a_new_link_has_no_process_and_the_loops_figures() -> None:
     assert arm.snapshot().scheduling == "not started" and arm.stalled_for(1e9) == 0.0
     assert arm.teleop.config.deadman_ms == 150.0 and arm.teleop.received == 0 and arm.teleop.out_of_order == 0
     assert arm.send(Gate()) is False  # no link yet
-    assert arm.arm_config == ArmConfig() and arm.config.rate_hz == 0.0 and arm.manifest.action_names == JOINTS
+    assert arm.arm_config == ArmConfig() and arm.config.rate_hz == 0.0 and arm.policy.action_names == JOINTS
     assert arm.shutdown() is True  # nothing was started
 
 

@@ -27,7 +27,7 @@ from runtime.arm_control.link import ArmLink, ArmProcessError
 from runtime.control.config import ControlConfig
 from runtime.teleop.config import TeleopConfig
 from tests.arm_control.test_link import Feed
-from tests.control.small_arm import manifest
+from tests.control.small_arm import interface
 
 ROOT = str(Path(__file__).resolve().parents[2])
 POPEN = subprocess.Popen  # the link's is replaced (the module is shared): the stand-in starts with this
@@ -166,7 +166,7 @@ def _arm(record: bool = False) -> ArmLink:
         arm=ArmConfig(port="/dev/ttyTEST"),
         control=ControlConfig(rate_hz=8.0, rt_priority=0, streams=()),
         teleop=TeleopConfig(),
-        manifest=manifest(),
+        policy=interface(),
         feed=Feed(),  # type: ignore[arg-type]
         cpu=1,
         record=record,
@@ -204,7 +204,7 @@ def test_the_arm_process_is_started_with_the_link_and_the_configuration_first(
         assert (init["cpu"], init["arm_wait_s"], init["record"]) == (1, 7.5, True)
         assert init["arm"]["port"] == "/dev/ttyTEST" and init["control"]["rate_hz"] == 8.0
         assert init["teleop"] == json.loads(json.dumps(__import__("dataclasses").asdict(TeleopConfig())))
-        assert init["manifest"] == json.loads(json.dumps(manifest().to_json()))
+        assert init["policy"] == json.loads(json.dumps(interface().to_json()))
         assert heard[1]["t"] == "gate"  # once it holds the arm, the link keeps the gate coming
     finally:
         assert arm.shutdown(5.0) is True

@@ -20,6 +20,7 @@ from drivers.sim.arm import SimArm
 from runtime.arm_control.feed import StreamFeed
 from runtime.arm_control.streams import ObservationStreams
 from runtime.bundle.bundle import Bundle
+from runtime.bundle.interface import PolicyInterface
 from runtime.bundle.manifest import Manifest
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.control.feed import Prefix
@@ -168,7 +169,8 @@ def build_loop(
     )
     streams = ObservationStreams(config.streams, manifest.observation_inputs)
     streams.start()
-    loop = ControlLoop(arm.bus, calibration, manifest, config, StreamFeed(inference, manifest, streams))
+    policy = PolicyInterface.of_manifest(manifest)
+    loop = ControlLoop(arm.bus, calibration, policy, config, StreamFeed(inference, policy, streams))
     return loop, streams
 
 

@@ -1,7 +1,7 @@
 """A small arm with round numbers for the controller's and the runner's tests: no bus, no export.
 
 Resolution 361, so one tick is one degree (as in ``test_safety.py``): ``a`` spans -90..90 degrees,
-``b`` -50..50, the gripper 0..100 %. The manifest is made here (joints in, a chunk out); the policy's
+``b`` -50..50, the gripper 0..100 %. The policy interface is made here (joints in, a chunk out); the policy's
 feed is a stand-in that records what it is handed and answers when the test says so; the bus is one
 that logs every read, write and torque switch on the loop's clock.
 """
@@ -15,7 +15,8 @@ import numpy as np
 
 from drivers.bus import JointState
 from drivers.calibration import Calibration, JointCalibration
-from runtime.bundle.manifest import Manifest, parse_manifest
+from runtime.bundle.interface import PolicyInterface
+from runtime.bundle.manifest import TensorSpec
 from runtime.control.feed import Blocked
 
 JOINTS = ("a", "b", "gripper")
@@ -31,30 +32,17 @@ P = np.array([10.0, -5.0, 40.0])
 CHUNK = 4
 
 
-def manifest(
+def interface(
     *, chunk: int = CHUNK, history: int = 1, state: bool = True, names: tuple[str, ...] = JOINTS, rate_hz: float = 10
-) -> Manifest:
-    """Joints in (one float32 input of role ``state``, ``history`` frames), ``chunk`` actions out."""
+) -> PolicyInterface:
+    """Joints in (one float32 input of role ``state``), ``chunk`` actions out; the policy looks at
+    ``history`` frames."""
     n = len(names)
     if state:
-        shape = [n] if history == 1 else [history, n]
-        inputs = [{"name": "state", "dtype": "float32", "shape": shape, "role": "state"}]
+        inputs = (TensorSpec("state", "float32", (n,), "state"),)
     else:
-        inputs = [{"name": "cam", "dtype": "uint8", "shape": [2, 2, 3], "role": "image"}]
-    return parse_manifest(
-        {
-            "format": "lerobot-runtime-bundle",
-            "format_version": 1,
-            "policy": {"name": "p"},
-            "inputs": inputs,
-            "outputs": [{"name": "action", "dtype": "float32", "shape": [chunk, n], "role": "action"}],
-            "action": {"output": "action", "chunk_length": chunk, "names": list(names)},
-            "control_rate_hz": rate_hz,
-            "observation_history": history,
-            "programs": {"CPU": {"file": "p.pte", "precision": "f32", "sha256": "0" * 64, "delegation": "full"}},
-            "test_case": {"file": "t.npz", "sha256": "0" * 64},
-        }
-    )
+        inputs = (TensorSpec("cam", "uint8", (2, 2, 3), "image"),)
+    return PolicyInterface("p", inputs, tuple(names), chunk, float(rate_hz), history)
 
 
 class Clock:

@@ -152,7 +152,7 @@ def test_the_rtc_keys_given_in_order_and_enabled_only_when_true() -> None:
 
 
 def bundle(chunk_size: int | None) -> Any:
-    return SimpleNamespace(rtc=None if chunk_size is None else SimpleNamespace(chunk_size=chunk_size))
+    return SimpleNamespace(rtc_chunk_size=chunk_size or 0)
 
 
 def test_rtc_follows_the_bundle_when_not_asked() -> None:

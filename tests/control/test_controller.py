@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from drivers.calibration import SO101_JOINTS, Calibration
+from runtime.bundle.interface import PolicyInterface
 from runtime.bundle.manifest import Manifest, parse_manifest
 from runtime.control.config import ControlConfig, SafetyConfig
 from runtime.control.controller import ChunkResult, Controller
@@ -85,7 +86,8 @@ def made(calibration: Calibration, manifest: Manifest):  # type: ignore[no-untyp
     clock = [100.0]
     torque, feed = Torque(), Feed()
     config = ControlConfig(rate_hz=30.0, rt_priority=0, safety=SafetyConfig(max_step_deg=5.0, stall_timeout_s=1.0))
-    c = Controller(tuple(manifest.action_names), calibration, manifest, config, teleop=TeleopConfig(), period=1 / 30)
+    policy = PolicyInterface.of_manifest(manifest)
+    c = Controller(tuple(manifest.action_names), calibration, policy, config, teleop=TeleopConfig(), period=1 / 30)
     return Runner(c, feed, torque, lambda: clock[0]), torque, feed, clock
 
 

@@ -29,7 +29,7 @@ from runtime.control.mode import Mode, Source
 from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 
-from .small_arm import CAL, CHUNK, JOINTS, Clock, Feed, P, Runner, at, manifest, rows, same
+from .small_arm import CAL, CHUNK, JOINTS, Clock, Feed, P, Runner, at, interface, rows, same
 
 SAFETY: dict[str, Any] = {
     "max_step_deg": 4.0,
@@ -86,7 +86,7 @@ class Rig:
         self.c = Controller(
             JOINTS,
             CAL,
-            manifest(chunk=chunk, history=history),
+            interface(chunk=chunk, history=history),
             self.config,
             teleop=teleop if teleop is not None else TeleopConfig(),
             period=0.1,
@@ -186,7 +186,7 @@ def test_the_action_queue_holds_four_chunks_with_the_configured_aggregation() ->
     c = Controller(
         JOINTS,
         CAL,
-        manifest(),
+        interface(),
         config,
         teleop=TeleopConfig(),
         period=0.1,
@@ -202,7 +202,7 @@ def test_a_policy_without_exactly_one_state_input_is_refused_when_the_controller
         Controller(
             JOINTS,
             CAL,
-            manifest(state=False),
+            interface(state=False),
             config,
             teleop=TeleopConfig(),
             period=0.1,

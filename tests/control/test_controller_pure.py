@@ -25,7 +25,7 @@ from runtime.control.mode import Mode
 from runtime.control.target import TeleopTarget
 from runtime.teleop.config import TeleopConfig
 
-from .small_arm import CAL, JOINTS, P, manifest, rows, same
+from .small_arm import CAL, JOINTS, P, interface, rows, same
 
 
 class Armed:
@@ -114,7 +114,7 @@ class Harness:
         self.results: Latest[ChunkResult] = Latest()
         self.teleop = TeleopTarget(len(JOINTS), TeleopConfig())
         self.events = EventLog()
-        self.c = Controller(JOINTS, CAL, manifest(), config, teleop=TeleopConfig(), period=0.1)
+        self.c = Controller(JOINTS, CAL, interface(), config, teleop=TeleopConfig(), period=0.1)
         self.decisions: list[Decision] = []
         self.k = 0
 

@@ -33,7 +33,7 @@ from runtime.control.recorder import MODE_CODE
 from runtime.errors import ConfigError
 from runtime.teleop.config import TeleopConfig
 
-from .small_arm import CAL, JOINTS, Bus, Clock, Feed, P, at, manifest, rows, same
+from .small_arm import CAL, JOINTS, Bus, Clock, Feed, P, at, interface, rows, same
 
 PERIOD = 0.125
 SAFETY: dict[str, Any] = {
@@ -108,7 +108,7 @@ class Rig:
         self.loop = ControlLoop(
             self.bus,
             CAL,
-            manifest(names=names),
+            interface(names=names),
             self.config,
             self.feed,
             clock=self.clock,
@@ -642,7 +642,7 @@ def test_the_loops_thread_runs_requests_and_shuts_down(monkeypatch: pytest.Monke
     monkeypatch.setattr(sys, "setswitchinterval", intervals.append)
     bus = Bus(Clock())
     config = ControlConfig(rate_hz=100.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
-    loop = ControlLoop(bus, CAL, manifest(), config, Feed())
+    loop = ControlLoop(bus, CAL, interface(), config, Feed())
     loop.start()
     try:
         assert intervals == [0.0002]
@@ -666,7 +666,7 @@ def test_a_shutdown_that_could_not_turn_torque_off_is_not_ok() -> None:
     bus = Bus(Clock())
     bus.torque_errors.append(BusError("no reply"))
     config = ControlConfig(rate_hz=100.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
-    loop = ControlLoop(bus, CAL, manifest(), config, Feed())
+    loop = ControlLoop(bus, CAL, interface(), config, Feed())
     loop.start()
     loop.request("start", "op")
     end = time.monotonic() + 5
@@ -678,7 +678,7 @@ def test_a_shutdown_that_could_not_turn_torque_off_is_not_ok() -> None:
 def test_a_shutdown_that_does_not_finish_in_time_is_not_ok() -> None:
     bus = Bus(Clock())
     config = ControlConfig(rate_hz=100.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
-    loop = ControlLoop(bus, CAL, manifest(), config, Feed())
+    loop = ControlLoop(bus, CAL, interface(), config, Feed())
     gate = threading.Event()
     original = loop.controller.begin_shutdown
 
@@ -855,7 +855,7 @@ def test_the_events_go_to_the_log_given() -> None:
     events = EventLog()
     clock = Clock()
     config = ControlConfig(rate_hz=8.0, rt_priority=0, streams=(), safety=SafetyConfig(**SAFETY))
-    loop = ControlLoop(Bus(clock), CAL, manifest(), config, Feed(), clock=clock, events=events)
+    loop = ControlLoop(Bus(clock), CAL, interface(), config, Feed(), clock=clock, events=events)
     assert loop.events is events
     loop.request("start", "op")
     loop._reading = loop._read()

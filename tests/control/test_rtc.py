@@ -22,6 +22,7 @@ from drivers.config import ArmConfig
 from drivers.sim.arm import SimArm, simulator_for
 from runtime.arm_control.feed import StreamFeed
 from runtime.arm_control.streams import ObservationStreams
+from runtime.bundle.interface import PolicyInterface, parse_interface
 from runtime.bundle.manifest import Manifest, RtcEntry, TensorSpec, parse_manifest
 from runtime.control.actions import ActionQueue
 from runtime.control.config import ControlConfig, RtcConfig, SafetyConfig, StreamConfig, rtc_in_effect
@@ -43,8 +44,8 @@ SLOPE = 0.2  # degrees per tick the plan moves shoulder_pan
 RES = 360 / 4095  # one servo step, in degrees
 
 
-def with_rtc(base: Manifest, chunk_size: int | None = None) -> Manifest:
-    """``base`` as a bundle exported with real-time chunking: the three prefix inputs and the section."""
+def with_rtc(base: Manifest, chunk_size: int | None = None) -> PolicyInterface:
+    """The interface of ``base`` exported with real-time chunking: the three prefix inputs and the section."""
     size = chunk_size or base.chunk_length
     joints = len(base.action_names)
     inputs = (
@@ -55,8 +56,10 @@ def with_rtc(base: Manifest, chunk_size: int | None = None) -> Manifest:
     )
     entry = RtcEntry("rtc.prefix", "rtc.prefix_weights", "rtc.max_guidance_weight", size, 10, "LINEAR", 10.0)
     made = replace(base, inputs=inputs, rtc=entry)
-    assert parse_manifest(made.to_json()).rtc == entry  # a manifest the arm process reads back
-    return made
+    assert parse_manifest(made.to_json()).rtc == entry
+    policy = PolicyInterface.of_manifest(made)
+    assert policy.rtc_chunk_size == size and parse_interface(policy.to_json(), "test") == policy  # the arm's
+    return policy
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -91,13 +94,13 @@ def test_rtc_keys_load_from_the_control_table(tmp_path: Path) -> None:
 def test_rtc_is_on_for_a_bundle_that_takes_a_prefix_and_refused_by_key_for_one_that_does_not(
     manifest: Manifest,
 ) -> None:
-    rtc = with_rtc(manifest)
-    assert rtc_in_effect(ControlConfig(), rtc) and not rtc_in_effect(ControlConfig(), manifest)
+    rtc, plain = with_rtc(manifest), PolicyInterface.of_manifest(manifest)
+    assert rtc_in_effect(ControlConfig(), rtc) and not rtc_in_effect(ControlConfig(), plain)
     assert not rtc_in_effect(ControlConfig(rtc=RtcConfig(enabled=False)), rtc)
-    assert not rtc_in_effect(ControlConfig(rtc=RtcConfig(enabled=False)), manifest)  # asks for nothing
+    assert not rtc_in_effect(ControlConfig(rtc=RtcConfig(enabled=False)), plain)  # asks for nothing
     for fields, key in (({"enabled": True}, "enabled"), ({"max_guidance_weight": 3.0}, "max_guidance_weight")):
         with pytest.raises(ConfigError, match=rf"control.rtc.{key}: this bundle takes no previous chunk .* --rtc"):
-            rtc_in_effect(ControlConfig(rtc=RtcConfig(**fields)), manifest)
+            rtc_in_effect(ControlConfig(rtc=RtcConfig(**fields)), plain)
     with pytest.raises(ConfigError, match=r"control.aggregate: expected 'latest' with real-time chunking"):
         rtc_in_effect(ControlConfig(aggregate="temporal_ensemble"), rtc)
     assert not rtc_in_effect(ControlConfig(aggregate="average", rtc=RtcConfig(enabled=False)), rtc)
@@ -268,12 +271,12 @@ def _config(camera: Camera, rtc: RtcConfig) -> ControlConfig:
 
 
 def _thread_loop(
-    sim_arm: SimArm, calibration: Calibration, manifest: Manifest, inference: Any, camera: Camera, rtc: RtcConfig
+    sim_arm: SimArm, calibration: Calibration, policy: PolicyInterface, inference: Any, camera: Camera, rtc: RtcConfig
 ) -> tuple[ControlLoop, ObservationStreams]:
     config = _config(camera, rtc)
-    streams = ObservationStreams(config.streams, manifest.observation_inputs)
+    streams = ObservationStreams(config.streams, policy.observation_inputs)
     streams.start()
-    loop = ControlLoop(sim_arm.bus, calibration, manifest, config, StreamFeed(inference, manifest, streams))
+    loop = ControlLoop(sim_arm.bus, calibration, policy, config, StreamFeed(inference, policy, streams))
     loop.start()
     wait_for(lambda: not streams.stale(time.monotonic()), what="camera frames")
     return loop, streams
@@ -326,7 +329,7 @@ def test_the_arm_process_carries_the_prefix_across_the_link(manifest: Manifest, 
         arm=ArmConfig(kind="feetech", port=sim.port, calibration=str(CALIBRATION)),
         control=config,
         teleop=TeleopConfig(),
-        manifest=rtc,
+        policy=rtc,
         feed=StreamFeed(inference, rtc, streams),
         cpu=None,
     )
