@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ActionChunk",
     "ClientCurveKeys",
+    "ConnectionLostError",
     "PolicyClient",
     "PolicyInfo",
     "Pong",
@@ -46,10 +47,15 @@ __all__ = [
 ]
 
 _AUTH_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+_LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED
 
 
 class RequestTimeoutError(LerobotRuntimeError, TimeoutError):
     """No reply within the call's timeout (server down, restarting, or overloaded)."""
+
+
+class ConnectionLostError(LerobotRuntimeError, ConnectionError):
+    """The connection to the server closed while a call waited (``watch_link``): its reply will not come."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +87,12 @@ class PolicyClient:
         timeout_s: float = 2.0,
         curve: ClientCurveKeys | None = None,
         context: Any = None,
+        watch_link: bool = False,
     ) -> None:
+        """``watch_link``: a call fails at once with :class:`ConnectionLostError` when the connection
+        closes while it waits (the server's process died, its host went away), instead of at its timeout."""
         self.endpoint = endpoint
+        self.watch_link = watch_link
         self.timeout_s = timeout_s
         self.curve = curve
         self._own_context = context is None
@@ -100,14 +110,19 @@ class PolicyClient:
         sock.linger = 0
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
+        events = _LINK_EVENTS if self.watch_link else 0
         if self.curve is not None:
             sock.curve_serverkey = self.curve.server_public
             sock.curve_publickey = self.curve.public
             sock.curve_secretkey = self.curve.secret
             # A refused key shows up only as a handshake event, never as a reply.
-            self._monitor = sock.get_monitor_socket(_AUTH_EVENTS)
+            events |= _AUTH_EVENTS
+        if events:
+            self._monitor = sock.get_monitor_socket(events)
             self._monitor.linger = 0
         sock.connect(self.endpoint)
+        #: whether the connection is up, as the socket's events last said (None: no event yet)
+        self.link_up: bool | None = None
         self._socket = sock
         self._poller = zmq.Poller()
         self._poller.register(sock, zmq.POLLIN)
@@ -150,6 +165,11 @@ class PolicyClient:
     ) -> tuple[Reply, float]:
         rid = next(self._ids)
         frames = encode_request(kind, rid, observation, body)
+        if self._monitor is not None:
+            self._drain_monitor(rid)
+            if self.link_up is False:
+                # closed since the last call and not connected again: nothing would answer this one
+                raise ConnectionLostError(f"the connection to {self.endpoint} is closed (reconnecting)")
         start = time.perf_counter()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         self._socket.send_multipart(frames, copy=False)
@@ -163,7 +183,7 @@ class PolicyClient:
                     f"{self.timeout_s if timeout_s is None else timeout_s:.3g} s"
                 )
             if self._monitor is not None and self._monitor in events:
-                self._check_monitor(rid)
+                self._check_monitor(rid, during=True)
             if self._socket not in events:
                 continue
             reply = decode_reply([f.buffer for f in self._socket.recv_multipart(copy=False)])
@@ -176,10 +196,25 @@ class PolicyClient:
                 raise error_from_info(reply.error, rid)
             return reply, rtt_ms
 
-    def _check_monitor(self, rid: int) -> None:
+    def _drain_monitor(self, rid: int) -> None:
+        while self._monitor.poll(0):
+            self._check_monitor(rid, during=False)
+
+    def _check_monitor(self, rid: int, *, during: bool) -> None:
         from zmq.utils.monitor import recv_monitor_message
 
         event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+        if event["event"] & zmq.EVENT_CONNECTED:
+            self.link_up = True
+            return
+        if event["event"] & zmq.EVENT_DISCONNECTED:
+            self.link_up = False
+            if during:
+                self.reset()
+                raise ConnectionLostError(
+                    f"the connection to {self.endpoint} closed while request {rid} waited for its reply"
+                )
+            return
         if event["event"] & _AUTH_EVENTS:
             self.reset()
             raise UnauthorizedError(

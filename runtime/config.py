@@ -1,5 +1,5 @@
-"""The daemon's TOML configuration: ``[engine]``, ``[server]`` (with ``[server.curve]``), ``[arm]``,
-``[control]``, ``[teleop]``, ``[recording]``, ``[daemon]`` and ``[metrics]``.
+"""The daemon's TOML configuration: ``[engine]``, ``[policy]``, ``[server]`` (with ``[server.curve]``),
+``[arm]``, ``[control]``, ``[teleop]``, ``[recording]``, ``[daemon]`` and ``[metrics]``.
 
 ``configs/default.toml`` spells out every key with its default; no file means those defaults.
 """
@@ -16,6 +16,7 @@ from runtime.engine.config import EngineConfig
 from runtime.errors import ConfigError
 from runtime.metrics import MetricsConfig
 from runtime.recording.config import RecordingConfig
+from runtime.remote.config import RemotePolicyConfig
 from runtime.server.config import ServerConfig
 from runtime.teleop.config import TeleopConfig
 
@@ -66,6 +67,7 @@ class DaemonSettings:
 @dataclass(frozen=True)
 class DaemonConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
+    policy: RemotePolicyConfig = field(default_factory=RemotePolicyConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
@@ -116,9 +118,15 @@ def _relative_to(config: DaemonConfig, base: Path, calibration_base: Path | None
     arm = replace(config.arm, calibration=calibration)
     teleop = replace(config.teleop, leader_calibration=fix(config.teleop.leader_calibration))
     recording = replace(config.recording, dataset_dir=fix(config.recording.dataset_dir))
+    policy = replace(
+        config.policy,
+        server_public_key=fix(config.policy.server_public_key),
+        client_secret_key=fix(config.policy.client_secret_key),
+    )
     return replace(
         config,
         engine=engine,
+        policy=policy,
         server=replace(config.server, curve=curve),
         arm=arm,
         teleop=teleop,

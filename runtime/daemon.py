@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from runtime.arm_control.feed import StreamFeed
+from runtime.arm_control.feed import Inference, StreamFeed
 from runtime.arm_control.handler import LoopControl, ServerInference
 from runtime.arm_control.interface import ArmControl
 from runtime.arm_control.streams import ObservationStreams
@@ -45,6 +45,7 @@ from runtime.server.stats import stats_line
 if TYPE_CHECKING:
     from runtime.arm_control.local_leader import LocalLeader
     from runtime.recording import EpisodeRecorder
+    from runtime.remote.inference import RemoteInference
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ class Daemon:
         self.local_leader: LocalLeader | None = None
         self.recorder: EpisodeRecorder | None = None
         self.streams: ObservationStreams | None = None
+        #: the policy the loop asks when it runs on another machine (``[policy] endpoint``)
+        self.remote: RemoteInference | None = None
+        #: what the loop is built from: the bundle's policy, or the remote's
+        self.policy: PolicyInterface | None = None
         self._stall_logged = False
         self._last_auto_dump = -math.inf
         self._control_state: tuple[str, str | None, str | None] = ("idle", None, None)
@@ -146,15 +151,7 @@ class Daemon:
         return 1 if self.failed else 0
 
     def startup(self) -> None:
-        self.notifier.status("loading the policy")
-        self._bundle_id = bundle_identity(self.config.engine.bundle)
-        self._heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
-        server = PolicyServer(self.engine_factory, self.config.server, heartbeat=self._heartbeat)
-        if self.config.arm.kind != "none" and self.config.control.enabled:
-            server.no_control_reason = "the daemon is starting: its control loop runs once the arm answers"
-        engine_cfg = self.config.engine
-        with process_on(inference_cpus(engine_cfg.cpus, engine_cfg.control_cpu)):
-            server.start()  # loads on the worker thread, raises on a failed parity gate or bind
+        server = self._start_remote_policy() if self.config.policy.remote else self._start_local_policy()
         self.server = server
         if self.config.arm.kind != "none":
             self.notifier.status("connecting the arm")
@@ -190,6 +187,42 @@ class Daemon:
         self.notifier.ready(status)
         log.info("ready: %s", status)
 
+    def _start_local_policy(self) -> PolicyServer:
+        """The policy in this daemon: its engine on the server's inference worker."""
+        self.notifier.status("loading the policy")
+        self._bundle_id = bundle_identity(self.config.engine.bundle)
+        self._heartbeat = self.liveness.register("inference worker", self.config.daemon.inference_stall_s)
+        server = PolicyServer(self.engine_factory, self.config.server, heartbeat=self._heartbeat)
+        if self.config.arm.kind != "none" and self.config.control.enabled:
+            server.no_control_reason = "the daemon is starting: its control loop runs once the arm answers"
+        engine_cfg = self.config.engine
+        with process_on(inference_cpus(engine_cfg.cpus, engine_cfg.control_cpu)):
+            server.start()  # loads on the worker thread, raises on a failed parity gate or bind
+        self.policy = PolicyInterface.of_manifest(server.engine.manifest, f"bundle {server.engine.info.bundle}")
+        return server
+
+    def _start_remote_policy(self) -> PolicyServer:
+        """``[policy] endpoint``: the loop asks a lerobot-runtime on another machine; this daemon's
+        server answers control, teleop, status and hello, and runs no policy."""
+        from runtime.remote.inference import RemoteInference
+
+        cfg = self.config.policy
+        self._heartbeat = self.liveness.register("remote policy client", self.config.daemon.inference_stall_s)
+        heartbeat = self._heartbeat
+        remote = RemoteInference(
+            cfg, self.config.control.task, self.config.control.rtc, beat=lambda: heartbeat.beat("remote policy link")
+        )
+        self.notifier.status(f"asking the policy at {cfg.endpoint} what it serves")
+        self.policy = remote.connect(should_stop=lambda: self.should_exit, on_wait=self.notifier.status)
+        self.remote = remote
+        assert remote.info is not None
+        info = replace(remote.info, engine={"where": "remote", "endpoint": cfg.endpoint, **remote.info.engine})
+        server = PolicyServer(None, self.config.server, heartbeat=heartbeat, remote=info)
+        if self.config.arm.kind != "none" and self.config.control.enabled:
+            server.no_control_reason = "the daemon is starting: its control loop runs once the arm answers"
+        server.start()
+        return server
+
     def _start_arm_process(self, server: PolicyServer) -> None:
         """The loop, the serial port and the envelope in the arm process, reached through its link."""
         from drivers.sim.arm import SimArm
@@ -205,16 +238,21 @@ class Daemon:
             sim = SimArm.start(load_calibration(arm_cfg.calibration), protocol=arm_cfg.sim_protocol, connect=False)
             self.arm.sim = sim
             arm_cfg = replace(arm_cfg, kind=arm_cfg.sim_protocol, port=sim.simulator.port)
-        manifest = server.engine.manifest
-        policy = PolicyInterface.of_manifest(manifest, f"bundle {server.engine.info.bundle}")
-        rtc_in_effect(self.config.control, policy)  # a [control.rtc] the bundle cannot follow: refused here
+        policy = self.policy
+        assert policy is not None
+        rtc_in_effect(self.config.control, policy)  # a [control.rtc] the policy cannot follow: refused here
         allowed = set(os.sched_getaffinity(0))
         control_cpu = self.config.engine.control_cpu
         cpu = control_cpu if control_cpu in allowed else None
-        io_cpus = (allowed - set(server.engine.info.cpus)) or allowed
+        inference: Inference
+        if self.remote is not None:
+            inference, inference_cpus_now = self.remote, set()
+        else:
+            inference = ServerInference(server, self.config.control.task, self.config.control.rtc)
+            inference_cpus_now = set(server.engine.info.cpus)
+        io_cpus = (allowed - inference_cpus_now) or allowed
         if self.config.control.streams:
-            self.streams = ObservationStreams(self.config.control.streams, manifest.observation_inputs, cpus=io_cpus)
-        inference = ServerInference(server, self.config.control.task, self.config.control.rtc)
+            self.streams = ObservationStreams(self.config.control.streams, policy.observation_inputs, cpus=io_cpus)
         link = ArmLink(
             arm=arm_cfg,
             control=self.config.control,
@@ -286,7 +324,8 @@ class Daemon:
                 f"recording: the control rate must be a whole number of Hz to record (LeRobot stores fps as an "
                 f"integer), got control.rate_hz {loop.rate_hz:g}"
             )
-        cameras = camera_inputs(self.streams, server.engine.manifest.observation_inputs)
+        assert self.policy is not None
+        cameras = camera_inputs(self.streams, self.policy.observation_inputs)
         features = RecordingFeatures(fps=fps, joint_names=loop.names, cameras=cameras)
         cpus, why = self._encoder_cpus()
         self.recorder = EpisodeRecorder.create(self.config.recording, features, cpus=cpus)
@@ -455,6 +494,12 @@ class Daemon:
     def _serving_status(self) -> str:
         assert self.server is not None
         info = self.server.info
+        if self.remote is not None:
+            where = ", ".join(self.server.bound_endpoints)
+            return (
+                f"driving {info.policy_name} served at {self.remote.endpoint} ({info.device}/{info.precision}); "
+                f"control on {where}"
+            )
         where = ", ".join(self.server.bound_endpoints)
         pending = self.server.gate_pending
         after = f"; {pending}, the first chunk after it" if pending else ""
@@ -481,7 +526,9 @@ class Daemon:
             self.config = replace(self.config, daemon=new.daemon)
             if self._heartbeat is not None:
                 self._heartbeat.deadline_s = new.daemon.inference_stall_s
-        if plan.reload_engine and self.server is not None:
+        if plan.reload_engine and self.remote is not None:
+            log.warning("reload (SIGHUP): [engine] changed, but this daemon's policy is remote ([policy]): ignored")
+        elif plan.reload_engine and self.server is not None:
             self.notifier.status(f"reloading the policy from {new.engine.bundle or 'the built-in bundle'}")
             self._reloading = threading.Thread(
                 target=self._reload_engine, args=(new, new_bundle_id), name="lerobot-runtime-reload", daemon=True
@@ -551,6 +598,9 @@ class Daemon:
         if metrics is not None:
             metrics.close()
         server, self.server = self.server, None
+        remote, self.remote = self.remote, None
+        if remote is not None:
+            remote.close()
         try:
             self._stop_server(server)
             if self.streams is not None:

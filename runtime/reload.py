@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime.config import DaemonConfig
 
-RESTART_SECTIONS = ("server", "arm", "control", "metrics")
+RESTART_SECTIONS = ("policy", "server", "arm", "control", "metrics")
 
 
 def changed_keys(old: Any, new: Any, prefix: str) -> list[str]:

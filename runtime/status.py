@@ -35,6 +35,8 @@ def gather(info: PolicyInfo, stats: StatsSnapshot) -> dict[str, Any]:
     engine = dict(stats.engine or info.engine)
     return {
         "policy": info.policy_name,
+        # a daemon whose loop asks a policy on another machine names it; its bundle is that machine's
+        "remote": engine.get("endpoint") if engine.get("where") == "remote" else None,
         "bundle": engine.get("bundle"),
         "program": engine.get("program"),
         "engine": engine.get("engine"),
@@ -77,8 +79,9 @@ def gate_lines(gate: dict[str, Any] | None) -> list[str]:
 
 
 def format_status(s: dict[str, Any]) -> str:
+    served = f" served at {s['remote']}, from its" if s.get("remote") else " from"
     lines = [
-        f"policy     {s['policy']} from {s['bundle']} ({s['program']})",
+        f"policy     {s['policy']}{served} {s['bundle']} ({s['program']})",
         f"engine     {s['engine']} on {s['device']}/{s['precision']}, {s['threads']} threads, "
         f"CPUs allowed {s['cpus_allowed']}, inference ran on "
         + (", ".join(f"CPU {c} ({n}x)" for c, n in s["cpus_observed"].items()) or "no CPU yet (no inference)"),

@@ -229,5 +229,6 @@ def test_an_unknown_table_is_refused_naming_it_and_every_table_there_is(tmp_path
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value) == (
-        ": unknown key(s) engines; expected some of arm, control, daemon, engine, metrics, recording, server, teleop"
+        ": unknown key(s) engines; expected some of arm, control, daemon, engine, metrics, policy, recording, "
+        "server, teleop"
     )

@@ -20,7 +20,16 @@ log = logging.getLogger(__name__)
 
 
 class Inference(Protocol):
-    """The server's inference worker (or a stand-in): whole observations in the policy's input order."""
+    """Where the loop's chunks come from: the daemon's own inference worker
+    (:class:`runtime.arm_control.handler.ServerInference`), a policy on another machine
+    (:class:`runtime.remote.inference.RemoteInference`) or a stand-in. Whole observations in the
+    policy's input order."""
+
+    #: the instruction every request of the loop carries (a language policy needs one)
+    task: str
+
+    @property
+    def takes_task(self) -> bool: ...
 
     def submit(
         self, inputs: list[np.ndarray], on_done: OnDone, *, reset: bool = False, prefix: Prefix | None = None
@@ -29,6 +38,14 @@ class Inference(Protocol):
     def failure(self) -> str | None: ...
     def pending(self) -> str | None:
         """What the policy still proves before it may be asked (the rest of the parity gate), or None."""
+        ...
+
+    def unreachable(self) -> str | None:
+        """Why the policy cannot be asked now (a remote one's link is lost), or None."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Which policy drives and where (for status and metrics)."""
         ...
 
 
@@ -100,6 +117,9 @@ class StreamFeed:
                     "stale observation stream: " + describe_stale(stale, self.streams),
                     tuple(n for n, _ in stale),
                 )
+        unreachable = self.inference.unreachable()
+        if unreachable:
+            return Blocked("unreachable", f"policy unreachable: {unreachable}")
         failure = self.inference.failure()
         if failure:
             return Blocked("untrusted", f"policy not trusted: {failure}")

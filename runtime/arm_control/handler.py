@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.arm_control.feed import Inference
 from runtime.arm_control.interface import ArmControl
 from runtime.arm_control.streams import ObservationStreams
 from runtime.arm_control.teleop import TeleopControl
@@ -50,9 +51,20 @@ class ServerInference:
     def observe(self, inputs: list[np.ndarray], *, reset: bool = False) -> None:
         self.server.observe_local(inputs, reset=reset, task=self.task or None)
 
+    @property
+    def takes_task(self) -> bool:
+        return bool(getattr(self.server, "takes_task", False))
+
     def failure(self) -> str | None:
         failure: str | None = getattr(self.server, "verification_failure", None)
         return failure
+
+    def unreachable(self) -> str | None:
+        return None  # in this process
+
+    def describe(self) -> dict[str, Any]:
+        info = self.server.info
+        return {"where": "local", "policy": info.policy_name, "engine": dict(info.engine)}
 
     def pending(self) -> str | None:
         pending: str | None = getattr(self.server, "gate_pending", None)
@@ -66,7 +78,7 @@ class LoopControl:
         state_dir: Path,
         inference_thread: int = 0,
         streams: ObservationStreams | None = None,
-        inference: ServerInference | None = None,
+        inference: Inference | None = None,
     ) -> None:
         self.loop = loop
         self.streams = streams
@@ -141,7 +153,7 @@ class LoopControl:
         policy follows an instruction and none is known, or when it takes none and one came."""
         if command != "start" or self.inference is None:
             return None
-        takes = bool(getattr(self.inference.server, "takes_task", False))
+        takes = self.inference.takes_task
         if request.task and not takes:
             raise ControlRefusedError(
                 f"{request.kind} body.task: this policy takes no task (it follows no instruction)",
@@ -171,6 +183,7 @@ class LoopControl:
         status["teleop"]["session"] = self.teleop.status()
         if self.inference is not None:
             status["task"] = self.inference.task
+            status["policy"] = self.inference.describe()
         streams = self.streams
         if streams is not None:
             status["streams"] = {

@@ -133,16 +133,37 @@ def _arm_line(r: _Reader) -> str:
 
 def _policy_line(r: _Reader) -> str:
     blocked, stale = r.need("blocked"), r.need("stale_streams")
+    policy = r.status.get("policy")  # which policy drives: absent from an older daemon
+    line = "policy     " + _driver(policy if isinstance(policy, Mapping) else {})
     if blocked:
-        line = f"policy     NOT ASKED: {blocked}"
+        line += f"NOT ASKED: {blocked}"
     elif blocked is None and stale is None:
-        line = "policy     unknown whether it may be asked"
+        line += "unknown whether it may be asked"
     else:
-        line = "policy     may be asked"
+        line += "may be asked"
     if stale and not (blocked and all(str(s) in str(blocked) for s in stale)):
         line += f" (stale streams: {', '.join(str(s) for s in stale)})"
     depth, steps, refill = r.need("queue_depth"), r.need("n_action_steps"), r.need("refill_at")
     return line + f"; {_num(depth)} actions queued, the next chunk asked at {_num(refill)} left of {_num(steps)}"
+
+
+def _driver(policy: Mapping[str, Any]) -> str:
+    """Which policy drives and where: ``act in this daemon; `` or ``act at tcp://h:p (remote, link up,
+    round trip p50 3.1 / p99 5.2 ms over 40); ``; "" from a daemon that does not say."""
+    name = policy.get("policy") or "the policy"
+    if policy.get("where") == "local":
+        return f"{name} in this daemon; "
+    if policy.get("where") != "remote":
+        return ""
+    trips = policy.get("round_trip") if isinstance(policy.get("round_trip"), Mapping) else {}
+    assert isinstance(trips, Mapping)
+    trip = (
+        f"round trip p50 {_num(trips.get('p50_ms'), ' ms')} / p99 {_num(trips.get('p99_ms'), ' ms')} "
+        f"over {trips.get('count')}"
+        if trips.get("count")
+        else "no round trip measured yet"
+    )
+    return f"{name} at {policy.get('endpoint')} (remote, link {policy.get('link')}, {trip}); "
 
 
 def _chunks_line(r: _Reader) -> str:

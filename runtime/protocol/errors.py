@@ -155,6 +155,12 @@ class NoControlError(ServerError, LookupError):
     code = "no_control"
 
 
+class NoPolicyError(ServerError, LookupError):
+    """An ``infer`` to a daemon whose loop's policy runs on another machine (``[policy] endpoint``)."""
+
+    code = "no_policy"
+
+
 class ControlRefusedError(ServerError, RuntimeError):
     """A ``control.*`` request that cannot be carried out now (e-stop latched, stale stream...)."""
 
@@ -194,6 +200,7 @@ ERROR_CLASSES: Final[dict[str, type[ServerError]]] = {
         UnauthorizedError,
         ShuttingDownError,
         NoControlError,
+        NoPolicyError,
         ControlRefusedError,
         SessionHeldError,
         NoSessionError,

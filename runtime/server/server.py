@@ -26,7 +26,14 @@ from runtime.engine.validate import check_finite, validate_inputs
 from runtime.errors import InputValidationError
 from runtime.liveness import Heartbeat
 from runtime.protocol.codec import decode_request, encode_error, encode_reply
-from runtime.protocol.errors import BadInputError, ErrorInfo, InternalError, NoControlError, ServerError
+from runtime.protocol.errors import (
+    BadInputError,
+    ErrorInfo,
+    InternalError,
+    NoControlError,
+    NoPolicyError,
+    ServerError,
+)
 from runtime.protocol.messages import (
     KINDS,
     PROTOCOL_VERSION,
@@ -129,13 +136,17 @@ class PolicyServer:
 
     def __init__(
         self,
-        engine: Engine | Callable[[], Engine],
+        engine: Engine | Callable[[], Engine] | None,
         config: ServerConfig | None = None,
         *,
         runtime_directory: Path | None = None,
         heartbeat: Heartbeat | None = None,
+        remote: PolicyInfo | None = None,
     ) -> None:
         """``engine`` is a loaded engine, or a factory that ``start()`` calls on the worker thread.
+        None, with ``remote``: no policy runs here (the daemon's loop asks one on another machine,
+        whose ``hello`` ``remote`` is, its ``engine`` naming where); the server answers control,
+        teleop, ping, stats and hello, and refuses ``infer`` naming the remote.
         ``heartbeat``: beaten by the inference worker per job and while idle (see runtime.liveness).
 
         The factory form is what the daemon uses: ``load_engine`` pins the calling thread to the
@@ -144,6 +155,9 @@ class PolicyServer:
         """
         self.config = config if config is not None else ServerConfig()
         self._engine_or_factory = engine
+        if engine is None and remote is None:
+            raise ValueError("a server without an engine serves a remote policy's hello: give remote")
+        self.remote = remote
         self.heartbeat = heartbeat
         self.endpoints = [resolve_endpoint(ep, runtime_directory) for ep in self.config.endpoints]
         self.curve: ServerCurve | None = load_server_curve(self.config.curve)
@@ -199,8 +213,50 @@ class PolicyServer:
     def _start(self) -> None:
         self._context = zmq.Context()
         reply_endpoint = f"inproc://lerobot-runtime-replies-{id(self):x}"
+        engine = self._engine_or_factory
+        if engine is None:
+            self._serve_no_policy()
+        else:
+            self._load(engine, reply_endpoint)
+        try:
+            if self.curve is not None:
+                self._auth = start_authenticator(self._context, self.curve)
+            self._pull = self._context.socket(zmq.PULL)
+            self._pull.linger = 0
+            self._pull.bind(reply_endpoint)
+            for ep in self.endpoints:
+                self._routers.append(self._bind(ep))
+        except BaseException:
+            self._close_sockets(0)
+            self.queue.close()
+            if self._worker is not None:
+                self._worker.join()
+            self._stop_context()
+            raise
+        if self._worker is not None:
+            self._worker.serve()
+        self._io = threading.Thread(target=self._io_loop, name="lerobot-runtime-io", daemon=True)
+        self._started = True
+        self._io.start()
+        log.info(
+            "serving %s on %s (queue %d, max message %d bytes)",
+            self.info.policy_name if self._worker is not None else "control and teleop (the policy is remote)",
+            ", ".join(self.bound_endpoints),
+            self.config.queue_depth,
+            self.max_message_bytes,
+        )
+
+    def _serve_no_policy(self) -> None:
+        assert self.remote is not None
+        self.max_message_bytes = self.config.max_message_bytes or HEADER_SLACK
+        self.info = dataclasses.replace(
+            self.remote, kinds=tuple(k for k in KINDS if k != "infer"), max_message_bytes=self.max_message_bytes
+        )
+        self._hello_body = self.info.to_wire()
+
+    def _load(self, engine: Engine | Callable[[], Engine], reply_endpoint: str) -> None:
         self._worker = InferenceWorker(
-            self._engine_or_factory,
+            engine,
             self.queue,
             self.stats,
             self._context,
@@ -244,31 +300,6 @@ class PolicyServer:
         self.max_message_bytes = self.config.max_message_bytes or auto_max_message_bytes(self.engine)
         self.info = policy_info(self.engine, self.max_message_bytes, self.config.queue_depth)
         self._hello_body = self.info.to_wire()
-        try:
-            if self.curve is not None:
-                self._auth = start_authenticator(self._context, self.curve)
-            self._pull = self._context.socket(zmq.PULL)
-            self._pull.linger = 0
-            self._pull.bind(reply_endpoint)
-            for ep in self.endpoints:
-                self._routers.append(self._bind(ep))
-        except BaseException:
-            self._close_sockets(0)
-            self.queue.close()
-            self._worker.join()
-            self._stop_context()
-            raise
-        self._worker.serve()
-        self._io = threading.Thread(target=self._io_loop, name="lerobot-runtime-io", daemon=True)
-        self._started = True
-        self._io.start()
-        log.info(
-            "serving %s on %s (queue %d, max message %d bytes)",
-            self.info.policy_name,
-            ", ".join(self.bound_endpoints),
-            self.config.queue_depth,
-            self.max_message_bytes,
-        )
 
     def _bind(self, endpoint: str) -> Any:
         sock = self._context.socket(zmq.ROUTER)
@@ -345,6 +376,10 @@ class PolicyServer:
         """
         from runtime.errors import ConfigError
 
+        if self._worker is None:
+            from runtime.errors import ConfigError
+
+            raise ConfigError("engine: this daemon's policy is remote ([policy] endpoint): it loads no bundle")
         old, new = self.engine.manifest, engine.manifest
         if (old.inputs, old.outputs, old.action_output) != (new.inputs, new.outputs, new.action_output):
             raise ConfigError(
@@ -411,10 +446,13 @@ class PolicyServer:
             arm=dict(self.arm_status()) if self.arm_status is not None else None,
             clients=sum(1 for t in heard if now - t <= CLIENT_WINDOW_S),
             inference_cpus=dict(self._worker.cpu_samples) if self._worker is not None else {},
-            engine=self.engine.info.to_json() if self._started else {},
+            engine=self.engine.info.to_json() if self._started and self._worker is not None else self._remote_engine(),
             verification=self._verification(canary),
         )
         return snap
+
+    def _remote_engine(self) -> dict[str, Any]:
+        return dict(self.remote.engine) if self.remote is not None else {}
 
     def _verification(self, canary: Any) -> dict[str, Any]:
         """The canary's state and, after a staged load, the parity gate's: what proves the policy now."""
@@ -429,7 +467,7 @@ class PolicyServer:
 
     def _io_loop(self) -> None:
         # Keep socket I/O off the inference CPUs, so neither waits for the other to be scheduled.
-        io_cpus = self._all_cpus - set(self.engine.info.cpus)
+        io_cpus = self._all_cpus - (set(self.engine.info.cpus) if self._worker is not None else set())
         if io_cpus:
             os.sched_setaffinity(0, io_cpus)
         poller = zmq.Poller()
@@ -524,6 +562,12 @@ class PolicyServer:
             kind, rid = request.kind, request.id
             self.stats.request(kind)
             if isinstance(request, InferRequest):
+                if self._worker is None:
+                    raise NoPolicyError(
+                        f"infer: no policy runs in this daemon: its loop asks {self.info.engine.get('endpoint', '?')}; "
+                        "send observations there",
+                        request_id=rid,
+                    )
                 self._submit(index, sock, envelope, request, received_at)
                 return
             body: dict[str, Any]
@@ -701,9 +745,7 @@ class PolicyServer:
             self.stats.error("bad_input", local=True)
             on_done(None, f"bad_input: {e}")
             return True
-        program_inputs = self.history.assemble(
-            LOCAL_CLIENT, inputs, now, reset=reset, language=language, prefix=prefix
-        )
+        program_inputs = self.history.assemble(LOCAL_CLIENT, inputs, now, reset=reset, language=language, prefix=prefix)
         job = Job(-1, [b"control-loop"], 0, program_inputs, now, on_done)
         result = self.queue.put(job, front=True)
         if not result.accepted:  # the queue closed: the server is stopping

@@ -78,6 +78,7 @@ class Inference:
         self.accept = accept
         self.failed: str | None = None
         self.gate: str | None = None
+        self.lost: str | None = None
 
     def submit(self, inputs: list[np.ndarray], on_done: Any, *, reset: bool = False, prefix: Any = None) -> bool:
         self.submitted.append((inputs, reset))
@@ -93,6 +94,9 @@ class Inference:
 
     def pending(self) -> str | None:
         return self.gate
+
+    def unreachable(self) -> str | None:
+        return self.lost
 
 
 FRAME = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
@@ -250,6 +254,17 @@ def test_the_rest_of_the_parity_gate_blocks_until_it_passed_and_a_failure_comes_
     assert feed.blocked(0.0) is not None and feed.blocked(0.0).key == "untrusted"  # type: ignore[union-attr]
     inference.failed, inference.gate = None, None
     assert feed.blocked(0.0) is None
+
+
+def test_an_unreachable_policy_blocks_before_anything_about_it_is_asked() -> None:
+    inference = Inference()
+    feed = StreamFeed(inference, _interface(), Streams(cam=FRAME))  # type: ignore[arg-type]
+    inference.lost, inference.failed = "the policy at tcp://h:1: no reply to ping request 4", "it failed"
+    assert feed.blocked(0.0) == Blocked(
+        "unreachable", "policy unreachable: the policy at tcp://h:1: no reply to ping request 4"
+    )
+    inference.lost = None
+    assert feed.blocked(0.0).key == "untrusted"  # type: ignore[union-attr]
 
 
 def test_describe_stale_uses_each_streams_own_limit() -> None:

@@ -60,6 +60,7 @@ class Loop:
 class Server:
     def __init__(self, takes_task: bool = False) -> None:
         self.takes_task = takes_task
+        self.info = SimpleNamespace(policy_name="p", engine={"engine": "openvino", "device": "CPU"})
         self.submitted: list[tuple[Any, ...]] = []
         self.observed: list[tuple[Any, ...]] = []
         self.accept = True
@@ -136,6 +137,7 @@ def test_status_carries_the_task_and_every_stream() -> None:
     ctl, _ = control(streams=streams, inference=inference)
     out = ctl.status()
     assert out["task"] == "pick the cube"
+    assert out["policy"] == {"where": "local", "policy": "p", "engine": {"engine": "openvino", "device": "CPU"}}
     assert out["streams"] == {
         "observation.images.front": {
             "endpoint": "ipc:///run/front",

@@ -253,6 +253,25 @@ def test_status_of_a_running_loop_is_a_few_lines_the_mode_first(
     ]
 
 
+def test_status_names_the_policy_that_drives_and_for_a_remote_one_its_link(
+    daemon: type[Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    local = running(policy={"where": "local", "policy": "act", "engine": {}})
+    assert status_lines(daemon, capsys, local)[3].startswith("policy     act in this daemon; may be asked; 27 actions")
+    trips = {"count": 40, "last_ms": 3.0, "p50_ms": 3.14, "p99_ms": 5.2}
+    remote = {"where": "remote", "policy": "act", "endpoint": "tcp://10.0.0.2:5555", "link": "up", "round_trip": trips}
+    assert status_lines(daemon, capsys, running(policy=remote))[3] == (
+        "policy     act at tcp://10.0.0.2:5555 (remote, link up, round trip p50 3.14 ms / p99 5.2 ms over 40); "
+        "may be asked; 27 actions queued, the next chunk asked at 15 left of 30"
+    )
+    lost = {**remote, "link": "lost", "round_trip": {"count": 0}}
+    blocked = "policy unreachable: the policy at tcp://10.0.0.2:5555: no reply to ping request 9"
+    assert status_lines(daemon, capsys, running(policy=lost, blocked=blocked))[3] == (
+        "policy     act at tcp://10.0.0.2:5555 (remote, link lost, no round trip measured yet); "
+        f"NOT ASKED: {blocked}; 27 actions queued, the next chunk asked at 15 left of 30"
+    )
+
+
 def test_status_of_an_estopped_loop_names_the_latch_its_reason_and_how_to_release_it(
     daemon: type[Client], capsys: pytest.CaptureFixture[str]
 ) -> None:

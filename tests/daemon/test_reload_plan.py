@@ -77,7 +77,7 @@ def test_daemon_keys_apply_at_once_and_the_rest_wait_for_a_restart() -> None:
 
 
 def test_the_sections_that_need_a_restart() -> None:
-    assert RESTART_SECTIONS == ("server", "arm", "control", "metrics")
+    assert RESTART_SECTIONS == ("policy", "server", "arm", "control", "metrics")
 
 
 def test_an_engine_key_reloads_the_policy() -> None:

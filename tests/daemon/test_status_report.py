@@ -108,6 +108,7 @@ def test_gather_takes_the_engine_from_stats_else_from_hello() -> None:
     s = gather(info(), stats())
     assert s == {
         "policy": "act",
+        "remote": None,
         "bundle": "/b/pick",
         "program": "model.xml",
         "engine": "openvino",
@@ -135,6 +136,10 @@ def test_gather_takes_the_engine_from_stats_else_from_hello() -> None:
     swapped = gather(info(), stats(engine={**ENGINE, "device": "GPU", "bundle": "/b/new"}))
     assert (swapped["device"], swapped["bundle"]) == ("GPU", "/b/new")
     assert gather(info(), stats(arm=None))["arm"] is None
+    remote = gather(info(), stats(engine={**ENGINE, "where": "remote", "endpoint": "tcp://10.0.0.2:5555"}))
+    assert remote["remote"] == "tcp://10.0.0.2:5555"
+    first = format_status(remote).splitlines()[0]
+    assert first == "policy     act served at tcp://10.0.0.2:5555, from its /b/pick (model.xml)"
     bare = gather(info(engine={}), stats())
     assert [bare[k] for k in ("bundle", "program", "engine", "device", "precision", "threads", "cpus_allowed")] == [
         None

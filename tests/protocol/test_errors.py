@@ -35,6 +35,7 @@ DOCUMENTED: dict[str, tuple[str, type[Exception]]] = {
     "unauthorized": ("UnauthorizedError", PermissionError),
     "shutting_down": ("ShuttingDownError", ConnectionError),
     "no_control": ("NoControlError", LookupError),
+    "no_policy": ("NoPolicyError", LookupError),
     "control_refused": ("ControlRefusedError", RuntimeError),
     "session_held": ("SessionHeldError", PermissionError),
     "no_session": ("NoSessionError", PermissionError),

@@ -1,0 +1,189 @@
+"""The loop's way to a remote policy, against a real policy server over loopback TCP with CURVE: chunks
+back, round trips measured here, one request in flight, the link lost at once on a closed connection
+and after the silence bound on a mute one, back on the first answer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+
+from runtime.control.feed import Prefix
+from runtime.errors import ConfigError
+from runtime.protocol.messages import PolicyInfo
+from runtime.remote.config import RemotePolicyConfig
+from runtime.remote.inference import RemoteInference, interface_of
+from runtime.server.synthetic import DEMO, IMAGE, STATE, SyntheticEngine, example_observation, reference_actions
+from tests.control.conftest import wait_for
+from tests.daemon.conftest import FreezingEngine
+
+from .conftest import Remote
+
+
+class Done:
+    def __init__(self) -> None:
+        self.got: list[tuple[np.ndarray | None, str | None]] = []
+        self.event = threading.Event()
+
+    def __call__(self, actions: np.ndarray | None, error: str | None) -> None:
+        self.got.append((actions, error))
+        self.event.set()
+
+    def wait(self, timeout: float = 10.0) -> tuple[np.ndarray | None, str | None]:
+        assert self.event.wait(timeout), "no answer"
+        self.event.clear()
+        return self.got[-1]
+
+
+def _config(endpoint: str, keys: dict[str, Path], secret: str = "robot_secret", **kw: Any) -> RemotePolicyConfig:
+    return RemotePolicyConfig(endpoint, str(keys["server_public"]), str(keys[secret]), **kw)
+
+
+def _inputs(remote: RemoteInference, seed: int = 0) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    obs = example_observation(DEMO, seed)
+    assert remote.interface is not None
+    return [obs[s.name] for s in remote.interface.observation_inputs], obs
+
+
+@pytest.fixture
+def linked(remote: Callable[[Any], Remote], keys: dict[str, Path]):  # type: ignore[no-untyped-def]
+    server = remote(SyntheticEngine(DEMO))
+    client = RemoteInference(_config(server.endpoint, keys, timeout_s=0.3, ping_s=0.05))
+    client.connect()
+    yield server, client
+    client.close()
+
+
+def test_the_remote_tells_the_loop_what_it_takes_and_answers_chunks(linked: tuple[Remote, RemoteInference]) -> None:
+    server, client = linked
+    face = client.interface
+    assert face is not None and face.source == f"remote {server.endpoint}"
+    assert {s.name for s in face.observation_inputs} == {IMAGE, STATE}
+    assert face.chunk_length == DEMO.chunk and face.rtc_chunk_size == 0
+    done = Done()
+    arrays, obs = _inputs(client)
+    assert client.submit(arrays, done)
+    actions, error = done.wait()
+    assert error is None and actions is not None
+    np.testing.assert_allclose(actions, reference_actions(DEMO, obs), atol=1e-6)
+    trips = client.round_trips()
+    assert trips["count"] >= 1 and 0 < trips["p50_ms"] <= trips["p99_ms"] < 1000
+    described = client.describe()
+    assert described["where"] == "remote" and described["link"] == "up" and described["counters"]["chunks"] == 1
+    assert client.unreachable() is None and client.failure() is None and client.pending() is None
+
+
+def test_one_request_is_in_flight_at_a_time(linked: tuple[Remote, RemoteInference]) -> None:
+    _, client = linked
+    gate = threading.Event()
+    first = Done()
+
+    def slow(actions: np.ndarray | None, error: str | None) -> None:
+        gate.wait(5)
+        first(actions, error)
+
+    arrays, _ = _inputs(client)
+    assert client.submit(arrays, slow)
+    wait_for(lambda: client.counters["chunks"] == 1, what="the first chunk")
+    assert not client.submit(arrays, Done())  # the first one's answer is still being handed over
+    assert client.counters["busy"] == 1
+    gate.set()
+    first.wait()
+    second = Done()
+    assert client.submit(arrays, second)
+    assert second.wait()[1] is None
+
+
+def test_a_stopped_remote_is_lost_at_once_and_back_on_its_first_answer(
+    linked: tuple[Remote, RemoteInference],
+) -> None:
+    server, client = linked
+    wait_for(lambda: client.counters["pings"] >= 2, what="pings")
+    server.stop()  # the connection closes: the ping waiting on it fails without its timeout
+    wait_for(lambda: client.unreachable() is not None, timeout=2.0, what="the link lost")
+    why = client.unreachable()
+    assert why is not None and why.startswith(f"the policy at {server.endpoint}: ")
+    assert client.describe()["link"] == "lost" and client.counters["link_lost"] == 1
+    done = Done()
+    arrays, _ = _inputs(client)
+    assert client.submit(arrays, done)
+    actions, error = done.wait()
+    assert actions is None and error is not None and error.startswith("remote policy: ")
+    server.start()  # the same port
+    wait_for(lambda: client.unreachable() is None, timeout=5.0, what="the link back")
+    again = Done()
+    assert client.submit(arrays, again)
+    assert again.wait()[1] is None
+    assert client.counters["link_lost"] == 1
+
+
+def test_a_request_not_answered_within_the_silence_bound_loses_the_link_until_the_next_answer(
+    keys: dict[str, Path], remote: Callable[[Any], Remote]
+) -> None:
+    server = remote(FreezingEngine(2.0))  # an observation with joint 0 at 99 takes 2 s
+    client = RemoteInference(_config(server.endpoint, keys, timeout_s=0.2, ping_s=0.05))
+    client.connect()
+    try:
+        arrays, _ = _inputs(client)
+        frozen = [a.copy() for a in arrays]
+        state = [s.name for s in client.interface.observation_inputs].index(STATE)  # type: ignore[union-attr]
+        frozen[state][0] = 99.0
+        done = Done()
+        started = time.monotonic()
+        assert client.submit(frozen, done)
+        actions, error = done.wait()
+        waited = time.monotonic() - started
+        assert actions is None and error is not None and "no reply to infer" in error
+        assert 0.15 < waited < 1.0  # the silence bound (0.2 s), not the 2 s the remote takes
+        assert client.counters["lost_requests"] == 1 and client.counters["link_lost"] == 1
+        # the remote's I/O thread still answers pings: the link is up again at the next one
+        wait_for(lambda: client.unreachable() is None, timeout=2.0, what="the link back")
+    finally:
+        client.close()
+
+
+def test_a_robot_key_the_remote_does_not_allow_is_refused_at_connect(
+    keys: dict[str, Path], remote: Callable[[Any], Remote]
+) -> None:
+    server = remote(SyntheticEngine(DEMO))
+    client = RemoteInference(_config(server.endpoint, keys, secret="stranger_secret", connect_wait_s=2.0))
+    with pytest.raises(ConfigError, match=r"^policy.endpoint: .* refused this client's CURVE key"):
+        client.connect()
+
+
+def test_no_answer_at_start_is_refused_after_connect_wait(keys: dict[str, Path]) -> None:
+    with zmq.Context() as ctx, ctx.socket(zmq.ROUTER) as mute:
+        port = mute.bind_to_random_port("tcp://127.0.0.1")
+        endpoint = f"tcp://127.0.0.1:{port}"
+        client = RemoteInference(RemotePolicyConfig(endpoint, connect_wait_s=1.5, timeout_s=0.1, ping_s=0.05))
+        waits: list[str] = []
+        with pytest.raises(ConfigError) as e:
+            client.connect(on_wait=waits.append)
+    assert str(e.value).startswith(f"policy.endpoint: no answer from {endpoint} within policy.connect_wait_s (1.5 s)")
+    assert waits == [f"waiting for the policy at {endpoint}"]
+
+
+def test_the_prefix_and_task_travel_with_the_request(linked: tuple[Remote, RemoteInference]) -> None:
+    _, client = linked
+    done = Done()
+    arrays, _ = _inputs(client)
+    # the demo policy takes neither: the remote's refusal comes back through on_done, the link stays up
+    assert client.submit(arrays, done, prefix=Prefix(np.zeros((3, 6), np.float32), 1))
+    actions, error = done.wait()
+    assert actions is None and error is not None and "refused the request" in error and "prefix" in error
+    assert client.unreachable() is None and client.counters["errors"] == 1
+
+
+def test_a_policy_with_observation_history_is_not_driven_remotely() -> None:
+    from dataclasses import replace
+
+    info = PolicyInfo(1, "x", "p", (), (), "action", 4, ("a",), 30.0, {}, {}, (), 0, 0)
+    interface_of(info, "tcp://h:1")
+    with pytest.raises(ConfigError, match=r"^policy.endpoint: the policy at tcp://h:1 \(p\) looks at 2 observation"):
+        interface_of(replace(info, history_frames=2), "tcp://h:1")
