@@ -14,15 +14,18 @@ class RemotePolicyConfig:
     """``endpoint``: the remote server (``tcp://host:port``; ``ipc://`` for one on this machine).
     ``server_public_key``: that server's public key file; ``client_secret_key``: this robot's own key
     pair (the ``.key_secret`` file; its public half goes in the remote's ``authorized_keys_dir``).
-    ``timeout_s``: the silence bound: no reply to a request or a ping within it and the link counts as
-    lost (the loop holds). ``ping_s``: how often an idle link is checked. ``connect_wait_s``: how long
-    start-up waits for the remote's first answer (it tells the loop what the policy takes)."""
+    ``timeout_s``: the silence bound: a ping not answered within it and the link counts as lost (the
+    loop holds). ``ping_s``: how often the link is checked (while chunks are computed too).
+    ``request_timeout_s``: the longest a request waits for its chunk (the model's time included).
+    ``connect_wait_s``: how long start-up waits for the remote's first answer (it tells the loop what
+    the policy takes)."""
 
     endpoint: str = ""
     server_public_key: str = ""
     client_secret_key: str = ""
     timeout_s: float = 0.5
     ping_s: float = 0.1
+    request_timeout_s: float = 5.0
     connect_wait_s: float = 60.0
 
     @property
@@ -53,6 +56,11 @@ class RemotePolicyConfig:
         if not 0.01 <= self.ping_s <= self.timeout_s:
             raise ConfigError(
                 f"policy.ping_s: expected 0.01 s to policy.timeout_s ({self.timeout_s} s), got {self.ping_s}"
+            )
+        if not self.timeout_s <= self.request_timeout_s <= 60:
+            raise ConfigError(
+                f"policy.request_timeout_s: expected policy.timeout_s ({self.timeout_s} s) to 60 seconds, "
+                f"got {self.request_timeout_s}"
             )
         if self.connect_wait_s < 0:
             raise ConfigError(f"policy.connect_wait_s: expected seconds >= 0, got {self.connect_wait_s}")

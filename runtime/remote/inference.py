@@ -2,19 +2,23 @@
 
 It stands where the daemon's own inference worker stands for the loop's feed
 (:class:`runtime.arm_control.feed.Inference`): whole observations in, chunks out through ``on_done``.
-One thread owns the client socket (ZeroMQ sockets stay on one thread); it sends the loop's request,
-or, when none is waiting, a ping every ``policy.ping_s``.
+Two threads, each with its own client socket (ZeroMQ sockets stay on one thread): one sends the
+loop's requests and waits for their chunks (up to ``policy.request_timeout_s``: a large model takes
+its time), the other pings the remote every ``policy.ping_s`` (its I/O thread answers while the
+model computes), which is how the link is known to be up whatever inference takes.
 
 Timing is the robot's alone: the loop stamps each request with the tick its observation was read at
 and places the chunk by that tick and the tick it arrived (the arm process measures both), so no
 chunk is placed by comparing two machines' clocks. Round trips are measured here, on this
-machine's monotonic clock, and kept for status (their recent distribution: p50 / p99).
+machine's monotonic clock, and kept for status (their recent distribution: p50 / p99): the link's
+(pings) and the chunks' (request to chunk, inference included).
 
 At most one request is in flight: a second one while the first waits is refused (the loop counts it
 and asks again on a later tick). The link counts as lost on a closed connection (at once) or when
-nothing answered within ``policy.timeout_s`` (the silence bound); while it is lost the feed says the
-policy is unreachable and the loop holds, then takes its stall action after ``stall_timeout_s``. The
-first answer after that makes it reachable again.
+a ping was not answered within ``policy.timeout_s`` (the silence bound); while it is lost the feed
+says the policy is unreachable and the loop holds, then takes its stall action after
+``stall_timeout_s``. The first answer after that makes it reachable again. A chunk that comes after
+the loop dropped its plan (a stall, a stop) is discarded by the loop and counted there.
 """
 
 from __future__ import annotations
@@ -110,8 +114,9 @@ class RemoteInference:
         self._busy = False
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._rtts: deque[float] = deque(maxlen=RTT_WINDOW)
+        self._threads: list[threading.Thread] = []
+        self._rtts: deque[float] = deque(maxlen=RTT_WINDOW)  # pings: the link's own round trip
+        self._chunk_rtts: deque[float] = deque(maxlen=RTT_WINDOW)  # request to chunk, inference included
         self._lost: str | None = "not connected yet"
         self._lost_since: float | None = clock()
         self._last_answer: float | None = None
@@ -161,18 +166,23 @@ class RemoteInference:
             info.engine.get("engine", "?"),
             info.engine.get("device", "?"),
         )
-        self._thread = threading.Thread(target=self._run, name="lerobot-runtime-remote", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._requests, name="lerobot-runtime-remote", daemon=True),
+            threading.Thread(target=self._heartbeat, name="lerobot-runtime-remote-ping", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
         return self.interface
 
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(self.config.timeout_s + 1.0)
+        for thread in self._threads:
+            thread.join(self.config.request_timeout_s + 1.0)
 
-    def _client(self) -> PolicyClient:
-        return PolicyClient(self.endpoint, timeout_s=self.config.timeout_s, curve=self._curve, watch_link=True)
+    def _client(self, timeout_s: float | None = None) -> PolicyClient:
+        timeout = self.config.timeout_s if timeout_s is None else timeout_s
+        return PolicyClient(self.endpoint, timeout_s=timeout, curve=self._curve, watch_link=True)
 
     # --- what the feed asks --------------------------------------------------------------------
 
@@ -206,8 +216,9 @@ class RemoteInference:
         lost = self._lost
         return None if lost is None else f"the policy at {self.endpoint}: {lost}"
 
-    def round_trips(self) -> dict[str, Any]:
-        rtts = np.array(self._rtts)  # one C-level copy: safe against the client thread's appends
+    def round_trips(self, chunks: bool = False) -> dict[str, Any]:
+        """The recent round trips: the link's (pings), or with ``chunks`` request to chunk."""
+        rtts = np.array(self._chunk_rtts if chunks else self._rtts)  # one C-level copy: safe against appends
         if not len(rtts):
             return {"count": 0}
         p50, p99 = np.percentile(rtts, [50, 99])
@@ -225,6 +236,7 @@ class RemoteInference:
             "unreachable": self.unreachable(),
             "lost_for_s": round(self._clock() - since, 3) if (since := self._lost_since) is not None else None,
             "round_trip": self.round_trips(),
+            "chunk_round_trip": self.round_trips(chunks=True),
             "counters": dict(self.counters),
         }
 
@@ -244,21 +256,25 @@ class RemoteInference:
             log.error("remote policy: the link to %s is lost: %s; the loop holds", self.endpoint, why)
         self._lost = why
 
-    def _run(self) -> None:
-        client = self._client()
+    def _requests(self) -> None:
+        client = self._client(self.config.request_timeout_s)
         try:
             while not self._stop.is_set():
-                self._beat()
                 self._wake.wait(self.config.ping_s)
                 self._wake.clear()
-                if self._stop.is_set():
-                    break
                 with self._lock:
                     job, self._job = self._job, None
-                if job is not None:
+                if job is not None and not self._stop.is_set():
                     self._infer(client, job)
-                else:
-                    self._ping(client)
+        finally:
+            client.close()
+
+    def _heartbeat(self) -> None:
+        client = self._client()
+        try:
+            while not self._stop.wait(self.config.ping_s):
+                self._beat()
+                self._ping(client)
         finally:
             client.close()
 
@@ -287,7 +303,10 @@ class RemoteInference:
                 prefix_attention_schedule=rtc.prefix_attention_schedule if prefix is not None else None,
                 max_guidance_weight=rtc.max_guidance_weight if prefix is not None else None,
             )
-        except (RequestTimeoutError, ConnectionLostError, UnauthorizedError) as e:
+        except RequestTimeoutError as e:  # the link may be up (the pings say): the chunk is late
+            self.counters["timed_out_requests"] += 1
+            error = f"remote policy: {e}"
+        except (ConnectionLostError, UnauthorizedError) as e:
             self.counters["lost_requests"] += 1
             self._link_lost(str(e), self._clock())
             error = f"remote policy: {e}"
@@ -302,7 +321,7 @@ class RemoteInference:
             error = f"remote policy: {e}"
         else:
             self.counters["chunks"] += 1
-            self._rtts.append(chunk.round_trip_ms)
+            self._chunk_rtts.append(chunk.round_trip_ms)
             self._answered(self._clock())
             actions = chunk.actions
         try:

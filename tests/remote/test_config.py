@@ -34,6 +34,10 @@ def test_loopback_and_ipc_need_no_keys_another_host_does() -> None:
         ({"timeout_s": 0.0}, "policy.timeout_s: expected 0.02 to 10 seconds, got 0.0"),
         ({"ping_s": 1.0}, "policy.ping_s: expected 0.01 s to policy.timeout_s (0.5 s), got 1.0"),
         ({"connect_wait_s": -1.0}, "policy.connect_wait_s: expected seconds >= 0, got -1.0"),
+        (
+            {"request_timeout_s": 0.1},
+            "policy.request_timeout_s: expected policy.timeout_s (0.5 s) to 60 seconds, got 0.1",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_by_key(fields: dict[str, object], message: str) -> None:

@@ -22,6 +22,7 @@ from runtime.remote.inference import RemoteInference, interface_of
 from runtime.server.synthetic import DEMO, IMAGE, STATE, SyntheticEngine, example_observation, reference_actions
 from tests.control.conftest import wait_for
 from tests.daemon.conftest import FreezingEngine
+from tools.bench.lossy_link import LossyLink
 
 from .conftest import Remote
 
@@ -72,8 +73,11 @@ def test_the_remote_tells_the_loop_what_it_takes_and_answers_chunks(linked: tupl
     actions, error = done.wait()
     assert error is None and actions is not None
     np.testing.assert_allclose(actions, reference_actions(DEMO, obs), atol=1e-6)
+    chunk_trips = client.round_trips(chunks=True)
+    assert chunk_trips["count"] == 1 and 0 < chunk_trips["p50_ms"] < 1000
+    wait_for(lambda: client.round_trips()["count"] >= 2, what="pings")
     trips = client.round_trips()
-    assert trips["count"] >= 1 and 0 < trips["p50_ms"] <= trips["p99_ms"] < 1000
+    assert 0 < trips["p50_ms"] <= trips["p99_ms"] < 1000
     described = client.describe()
     assert described["where"] == "remote" and described["link"] == "up" and described["counters"]["chunks"] == 1
     assert client.unreachable() is None and client.failure() is None and client.pending() is None
@@ -123,29 +127,54 @@ def test_a_stopped_remote_is_lost_at_once_and_back_on_its_first_answer(
     assert client.counters["link_lost"] == 1
 
 
-def test_a_request_not_answered_within_the_silence_bound_loses_the_link_until_the_next_answer(
+def test_a_slow_chunk_times_out_after_request_timeout_s_while_the_pings_keep_the_link_up(
     keys: dict[str, Path], remote: Callable[[Any], Remote]
 ) -> None:
     server = remote(FreezingEngine(2.0))  # an observation with joint 0 at 99 takes 2 s
-    client = RemoteInference(_config(server.endpoint, keys, timeout_s=0.2, ping_s=0.05))
+    client = RemoteInference(_config(server.endpoint, keys, timeout_s=0.2, ping_s=0.05, request_timeout_s=0.6))
     client.connect()
     try:
         arrays, _ = _inputs(client)
-        frozen = [a.copy() for a in arrays]
         state = [s.name for s in client.interface.observation_inputs].index(STATE)  # type: ignore[union-attr]
-        frozen[state][0] = 99.0
+        arrays[state] = arrays[state].copy()
+        arrays[state][0] = 99.0
         done = Done()
         started = time.monotonic()
-        assert client.submit(frozen, done)
+        assert client.submit(arrays, done)
+        time.sleep(0.4)
+        assert client.unreachable() is None  # the remote's I/O thread answers pings while its model computes
         actions, error = done.wait()
         waited = time.monotonic() - started
         assert actions is None and error is not None and "no reply to infer" in error
-        assert 0.15 < waited < 1.0  # the silence bound (0.2 s), not the 2 s the remote takes
-        assert client.counters["lost_requests"] == 1 and client.counters["link_lost"] == 1
-        # the remote's I/O thread still answers pings: the link is up again at the next one
-        wait_for(lambda: client.unreachable() is None, timeout=2.0, what="the link back")
+        assert 0.55 < waited < 1.5  # request_timeout_s, not the 2 s the remote takes
+        assert client.counters["timed_out_requests"] == 1 and client.counters["link_lost"] == 0
     finally:
         client.close()
+
+
+def test_a_silent_link_is_lost_after_the_silence_bound_and_back_on_the_next_answer(
+    keys: dict[str, Path], remote: Callable[[Any], Remote]
+) -> None:
+    server = remote(SyntheticEngine(DEMO))
+    link = LossyLink(int(server.endpoint.rsplit(":", 1)[1]))
+    client = RemoteInference(_config(link.endpoint, keys, timeout_s=0.2, ping_s=0.05))
+    client.connect()
+    try:
+        wait_for(lambda: client.counters["pings"] >= 2, what="pings")
+        link.silence(True)  # the connection stays open: nothing arrives
+        silenced = time.monotonic()
+        wait_for(lambda: client.unreachable() is not None, timeout=2.0, what="the link lost")
+        waited = time.monotonic() - silenced
+        assert 0.15 < waited < 0.6  # the silence bound (0.2 s) plus at most one ping interval
+        assert "no reply to ping" in (client.unreachable() or "")
+        link.silence(False)
+        wait_for(lambda: client.unreachable() is None, timeout=3.0, what="the link back")
+        done = Done()
+        assert client.submit(_inputs(client)[0], done)
+        assert done.wait()[1] is None
+    finally:
+        client.close()
+        link.close()
 
 
 def test_a_robot_key_the_remote_does_not_allow_is_refused_at_connect(

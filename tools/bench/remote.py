@@ -36,7 +36,7 @@ from typing import Any, Final
 import numpy as np
 
 from runtime.bench.machine import cpu_summary
-from tools.bench.field.measures import write_periods
+from tools.bench.field.measures import to_user, write_periods
 from tools.bench.field.processes import Processes
 from tools.bench.field.servos import ServoLog, ServoProcess
 from tools.bench.lossy_link import LossyLink
@@ -47,7 +47,7 @@ RATE_HZ: Final = 30.0
 TIMEOUT_S: Final = 0.3  # the robot's silence bound (policy.timeout_s)
 PING_S: Final = 0.05
 STALL_TIMEOUT_S: Final = 1.5
-PIPES: Final = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+PIPES: Final[dict[str, Any]] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
 RESTART_MARK: Final = "--- bench remote: the remote restarted ---"
 
 
@@ -172,7 +172,7 @@ def goals_deg(servo_log: ServoLog) -> tuple[np.ndarray, np.ndarray]:
     full = (raw >= 0).all(axis=1)
     times, raw = times[full], raw[full]
     cols = [ids.index(cal.joints[n].id) for n in names]
-    goals = np.stack([cal.joints[n].to_user(raw[:, c].astype(np.float64)) for n, c in zip(names, cols, strict=True)], 1)
+    goals = np.stack([to_user(cal, n)(raw[:, c]) for n, c in zip(names, cols, strict=True)], axis=1)
     return times, goals
 
 
