@@ -177,10 +177,18 @@ def goals_deg(servo_log: ServoLog) -> tuple[np.ndarray, np.ndarray]:
 
 
 def hold_after(
-    times: np.ndarray, goals: np.ndarray, torque_off: list[float], t: float, period: float, tol: float = 0.05
+    times: np.ndarray,
+    goals: np.ndarray,
+    torque_off: list[float],
+    t: float,
+    period: float,
+    end: float = np.inf,
+    tol: float = 0.05,
 ) -> dict[str, Any]:
-    """From ``t`` on: when the goals stopped changing (the hold), how many writes moved before it, when
-    torque went off, and how many goal writes came after that."""
+    """From ``t`` to ``end`` (the next ``control start``): when the goals stopped changing (the hold),
+    how many writes moved before it, when torque went off, and how many goal writes came after that."""
+    keep = times < end
+    times, goals = times[keep], goals[keep]
     after = np.nonzero(times >= t)[0]
     first_hold = None
     for k in after:
@@ -412,6 +420,7 @@ def fault_run(bench: Bench, rtt_ms: float, jitter_ms: float) -> dict[str, Any]:
         s = client.control("status")
         out["after_silence"] = {"mode": s["mode"], "chunks": s["counters"].get("chunks", 0)}
         out["after_silence"]["still_idle_1s_later"] = s["mode"] == "idle"
+        out["started_again_at"] = time.monotonic()
         client.control("start", who="bench remote")
         chunks = s["counters"].get("chunks", 0)
         wait(lambda: client.control("status")["counters"].get("chunks", 0) >= chunks + 3, 60, "chunks again")
@@ -424,6 +433,7 @@ def fault_run(bench: Bench, rtt_ms: float, jitter_ms: float) -> dict[str, Any]:
         s = client.control("status")
         out["after_restart"] = {"mode": s["mode"], "still_idle_1s_later": s["mode"] == "idle"}
         chunks = s["counters"].get("chunks", 0)
+        out["started_after_restart_at"] = time.monotonic()
         client.control("start", who="bench remote")
         wait(lambda: client.control("status")["counters"].get("chunks", 0) >= chunks + 3, 60, "chunks after restart")
         out["moving_again_after_start"] = True
@@ -444,9 +454,6 @@ def run_remote_bench(
     short_seconds: float = 15.0,
     rtts: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
-    from runtime.control.recorder import load_flight
-    from tools.bench.rtc import analyse
-
     rtts = list(rtts) or [(40.0, 15.0), (20.0, 0.0), (60.0, 0.0)]
     with tempfile.TemporaryDirectory(prefix="lrt-bench-remote-") as d:
         workdir = Path(d)
@@ -462,6 +469,16 @@ def run_remote_bench(
             faults = fault_run(bench, *rtts[0])
         finally:
             servo_log = bench.close()
+        return analyse_runs(bundle, servo_log, runs, faults)
+
+
+def analyse_runs(
+    bundle: Path, servo_log: ServoLog, runs: list[dict[str, Any]], faults: dict[str, Any]
+) -> dict[str, Any]:
+    """Each run's window of the servos' log and its flight recording, and the faults, as the report."""
+    from runtime.control.recorder import load_flight
+    from tools.bench.rtc import analyse
+
     times, goals = goals_deg(servo_log)
     offs = torque_offs(servo_log)
     period = 1.0 / RATE_HZ
@@ -492,7 +509,7 @@ def run_remote_bench(
     if "silenced_at" in faults:
         visible = faults["silenced_at"] + TIMEOUT_S
         fault_report["silence"] = {
-            **hold_after(times, goals, offs, faults["silenced_at"], period),
+            **hold_after(times, goals, offs, faults["silenced_at"], period, faults.get("started_again_at", np.inf)),
             "loss_visible_after_ms": round(TIMEOUT_S * 1e3),
             "hold_after_visible_ms": None,
             **faults.get("after_silence", {}),
@@ -502,7 +519,9 @@ def run_remote_bench(
             fault_report["silence"]["hold_after_visible_ms"] = round(h - (visible - faults["silenced_at"]) * 1e3, 1)
     if "killed_at" in faults:
         fault_report["kill"] = {
-            **hold_after(times, goals, offs, faults["killed_at"], period),
+            **hold_after(
+                times, goals, offs, faults["killed_at"], period, faults.get("started_after_restart_at", np.inf)
+            ),
             **faults.get("after_restart", {}),
             "moving_again_after_start": faults.get("moving_again_after_start", False),
         }

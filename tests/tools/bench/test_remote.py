@@ -19,6 +19,8 @@ def test_the_hold_the_torque_off_and_nothing_after_it() -> None:
     assert out["moving_writes_before_hold"] == 3 and out["hold_writes"] == 8 and out["hold_kept_deg"] == 0.0
     assert out["torque_off_after_ms"] == round((times[15] + 0.001 - t) * 1e3, 1)
     assert out["goal_writes_after_torque_off"] == 4  # the servos received these after torque went off
+    until = hold_after(times, goals, [times[15] + 0.001], t, period, end=times[17])
+    assert until["goal_writes_after_torque_off"] == 1  # up to the next start
 
 
 def test_no_hold_and_no_torque_off_are_said() -> None:
