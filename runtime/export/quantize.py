@@ -184,6 +184,36 @@ def boolean_consumers(module: Any) -> list[str]:
     return [n.name for n in module.graph.nodes if n.op == "call_function" and any(boolean(a) for a in n.args)]
 
 
+# The matrix products whose second operand can be a stored constant (``x @ C``)
+_MATRIX_PRODUCTS: Final = ("matmul", "mm", "bmm")
+
+
+def input_channel_weights(module: Any) -> list[str]:
+    """The graph's matrix products ``x @ C`` with a stored constant ``C`` [..., K, N], which the quantizer
+    must leave float.
+
+    NNCF scales such a constant per slice of its first axis, as if it were ``nn.Linear``'s [N, K]
+    weight; here that axis is K, the one the product sums over. OpenVINO's CPU plugin makes a
+    compressed-weight FullyConnected of it with a scale per input channel, which OpenVINO 2025.4.1
+    runs wrong at f32 (NaN or ~1e31) and crashes at bf16 on an AMX CPU (SIGFPE, a division by a zero
+    block size; 2026.4.1 still crashes at bf16): docs/repro/openvino_int8_input_channel_scale_sigfpe.py.
+    SmolVLA's image resize is such a product (runtime/export/lerobot/smolvla.py). ``nn.Linear``
+    layers (``linear``/``addmm``, weight [N, K]) are not, and a constant first operand (``C @ x``,
+    scaled per output row) neither."""
+    import torch
+
+    products = {getattr(torch.ops.aten, name).default for name in _MATRIX_PRODUCTS}
+
+    def constant(a: Any) -> bool:
+        return isinstance(a, torch.fx.Node) and a.op == "get_attr"
+
+    return [
+        n.name
+        for n in module.graph.nodes
+        if n.op == "call_function" and n.target in products and len(n.args) > 1 and constant(n.args[1])
+    ]
+
+
 def quantize_bundle(
     bundle_path: str | Path,
     calibration: str | Path,
@@ -230,12 +260,13 @@ def quantize_bundle(
         def run(exported: Any, data: list[tuple[Any, ...]], **options: Any) -> Any:
             module = exported.module()
             unshare_weights(module)  # else a second camera's backbone stays float (shared_weights.py)
-            ignored = boolean_consumers(module)
+            # NNCF would collect statistics on boolean inputs (SmolVLA's attention masks into
+            # torch.where) and fails on them ("mean(): ... Got: Bool"): a mask is not quantised; nor
+            # is a constant that NNCF would scale along the axis the product sums over
+            ignored = boolean_consumers(module) + input_channel_weights(module)
             if ignored:
                 import nncf
 
-                # NNCF would collect statistics on boolean inputs (SmolVLA's attention masks into
-                # torch.where) and fails on them ("mean(): ... Got: Bool"); a mask is not quantised
                 options["extra_quantizer_options"] = {"ignored_scope": nncf.IgnoredScope(names=ignored, validate=False)}
             # the quantizer prints its progress; stdout belongs to the command's result (--json)
             with redirect_stdout(sys.stderr):

@@ -373,6 +373,44 @@ def test_nodes_taking_a_boolean_tensor_are_the_ones_named() -> None:
     assert quantize.boolean_consumers(module) == ["where", "logical_and"]
 
 
+def test_only_products_with_a_constant_second_operand_are_left_float() -> None:
+    import warnings
+
+    import torch
+
+    class Products(torch.nn.Module):  # type: ignore[misc]
+        """Every way a matrix product meets a constant: ``x @ C`` (a lifted tensor, a buffer, through
+        ``mm``), ``C @ x``, and ``nn.Linear``."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.cols = torch.ones(4, 3)  # a plain tensor attribute: lifted into the graph as a constant
+            self.register_buffer("rows", torch.ones(2, 5))
+            self.register_buffer("square", torch.ones(3, 3))
+            self.head = torch.nn.Linear(3, 3)
+
+        def forward(self, x: Any) -> Any:
+            y = torch.matmul(x, self.cols)  # x @ C: named
+            z = torch.mm(y, self.square)  # through mm, C a buffer: named
+            w = torch.matmul(self.rows, x)  # C @ x: scaled per output row, not named
+            both = torch.matmul(y, z.t())  # two activations: not named
+            return self.head(z).sum() + w.sum() + both.sum()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.export on a lifted tensor constant warns
+        module = torch.export.export(Products(), (torch.ones(5, 4),)).module()
+    aten = torch.ops.aten
+    products = [n for n in module.graph.nodes if n.target in (aten.matmul.default, aten.mm.default)]
+    assert len(products) == 4
+    named = quantize.input_channel_weights(module)
+    assert len(named) == 2
+    targets = {n.name: n.target for n in module.graph.nodes}
+    assert {targets[n] for n in named} == {torch.ops.aten.matmul.default, torch.ops.aten.mm.default}
+    for name in named:
+        node = next(n for n in module.graph.nodes if n.name == name)
+        assert node.args[1].op == "get_attr" and node.args[0].op != "get_attr"
+
+
 # --- the child's files ---
 
 
