@@ -423,8 +423,10 @@ def int8_outputs(
 
 
 # What the INT8 program's float layers are tried at, in order: the CPU's default (bf16 where the CPU
-# has it natively), then f32. OpenVINO 2025.4.1's CPU plugin crashes (SIGFPE, a division by a zero
-# block size) running a default-size SmolVLA's INT8 program with bf16 float layers on an AMX CPU.
+# has it natively), then f32. OpenVINO 2025.4.1's CPU plugin crashed (SIGFPE, a division by a zero
+# block size) running a default-size SmolVLA's INT8 program with bf16 float layers on an AMX CPU: the
+# image resize's product by a constant, quantised per input channel, which input_channel_weights now
+# keeps float; the f32 try stays for a crash not known yet.
 FLOAT_TRIES: Final[tuple[tuple[str | None, dict[str, Any]], ...]] = (
     (None, {}),
     ("f32", {"INFERENCE_PRECISION_HINT": "f32"}),

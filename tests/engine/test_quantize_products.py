@@ -60,3 +60,24 @@ def test_a_product_by_a_constant_stays_float_and_the_gate_runs_at_the_cpus_defau
     assert "crashed" not in gate and "float_precision" not in gate, gate
     assert gate["float_arithmetic"] == default
     assert gate["max_error"] <= 0.05, gate  # of the default bound 0.2: the float product is exact enough
+
+
+def test_reproducer_script_runs_its_control_and_says_each_case() -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "docs" / "repro" / "openvino_int8_input_channel_scale_sigfpe.py"
+    control = subprocess.run(
+        [sys.executable, str(script), "output-channel-bf16"], capture_output=True, text=True, timeout=120
+    )
+    assert control.returncode == 0 and control.stdout.startswith("output-channel-bf16: ok"), control.stderr[-1000:]
+    whole = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    lines = whole.stdout.splitlines()
+    assert lines[0].startswith("openvino ") and len(lines) >= 4, whole.stdout
+    for case, line in zip(("input-channel-bf16", "input-channel-f32", "output-channel-bf16"), lines[1:], strict=False):
+        assert (
+            line.startswith(f"{case}: ok")
+            or line.startswith(f"{case}: crashed: SIG")
+            or line.startswith(f"{case}: wrong: ")
+        ), line
+    assert (whole.returncode == 0) == (lines[-1] == "ok"), whole.stdout
