@@ -8,7 +8,8 @@ priority that stamps each write as its bytes arrive (``tools.bench.field.servos`
 first CPU, one synthetic camera per image input. Between them :class:`~tools.bench.lossy_link.LossyLink`
 adds the round trip, the jitter, the stalls, and cuts the connection.
 
-Runs, each a fresh robot daemon (the remote keeps running): at each round trip (default 20 ms, 40 +-
+Runs, each a fresh robot daemon (the remote keeps running): first the baseline, the same robot
+serving the bundle itself (no link, inference on the last CPU); then at each round trip (default 20 ms, 40 +-
 15 ms, 60 ms) with ``[control.rtc]`` on and off: the goal-write period error at the servos, and the
 goals' step change where one chunk takes over from the next (as ``tools.bench.rtc`` measures it, from
 the servos' log and the robot's flight recording). Then the faults, on a robot with RTC at the middle
@@ -93,7 +94,9 @@ def robot_config(
     task: str,
     control_cpu: int,
     seconds: float,
+    local: Path | None = None,
 ) -> Path:
+    """The robot's config; with ``local``, the same robot serving that bundle itself (the baseline)."""
     from tools.bench.field.config import calibration_path
 
     streams = "".join(
@@ -101,15 +104,26 @@ def robot_config(
         for c in cameras
     )
     path = workdir / f"robot-{name}.toml"
-    path.write_text(
-        f"""# bench remote: the robot side, its policy on the remote through the lossy link
-[policy]
+    policy = (
+        f'bundle = {_q(local.resolve())}\nengine = "openvino"\nparity_runs = 4'
+        if local is not None
+        else ""
+    )
+    remote = (
+        f"""[policy]
 endpoint = {_q(link)}
 server_public_key = {_q(keys["server_public"])}
 client_secret_key = {_q(keys["robot_secret"])}
 timeout_s = {TIMEOUT_S}
 ping_s = {PING_S}
-[engine]
+"""
+        if local is None
+        else ""
+    )
+    path.write_text(
+        f"""# bench remote: the robot side, its policy on the remote through the lossy link (or its own)
+{remote}[engine]
+{policy}
 control_cpu = {control_cpu}
 [server]
 endpoints = [{_q(f"ipc://{workdir}/robot.sock")}]
@@ -305,7 +319,9 @@ class Bench:
             out.write(f"\n{RESTART_MARK}\n")  # what _wait_remote reads from on the next start
         return at
 
-    def robot(self, name: str, *, rtc: bool, seconds: float) -> tuple[subprocess.Popen[bytes], Any, Path]:
+    def robot(
+        self, name: str, *, rtc: bool, seconds: float, local: bool = False
+    ) -> tuple[subprocess.Popen[bytes], Any, Path]:
         from runtime.bench.soak import _wait_ready
         from runtime.client import PolicyClient
 
@@ -320,6 +336,7 @@ class Bench:
             task=self.task,
             control_cpu=self.control_cpu,
             seconds=seconds,
+            local=self.bundle if local else None,
         )
         out = self.workdir / f"robot-{name}.log"
         with out.open("wb") as f:
@@ -371,13 +388,16 @@ def wait(predicate: Any, timeout: float, what: str) -> Any:
         time.sleep(0.05)
 
 
-def steady_run(bench: Bench, rtt_ms: float, jitter_ms: float, rtc: bool, seconds: float) -> dict[str, Any]:
-    """One robot daemon driving for ``seconds`` at the round trip: its window, flight recording, status."""
+def steady_run(
+    bench: Bench, rtt_ms: float, jitter_ms: float, rtc: bool, seconds: float, local: bool = False
+) -> dict[str, Any]:
+    """One robot daemon driving for ``seconds`` at the round trip (``local``: serving the bundle itself,
+    no link): its window, flight recording, status."""
     from tools.bench.field.run import dump
 
-    name = f"{rtt_ms:g}ms-{'rtc' if rtc else 'fresh'}"
+    name = f"local-{'rtc' if rtc else 'fresh'}" if local else f"{rtt_ms:g}ms-{'rtc' if rtc else 'fresh'}"
     bench.link.set(rtt_ms, jitter_ms)
-    proc, client, state = bench.robot(name, rtc=rtc, seconds=seconds)
+    proc, client, state = bench.robot(name, rtc=rtc, seconds=seconds, local=local)
     try:
         client.control("start", who="bench remote")
         wait(lambda: client.control("status")["counters"].get("chunks", 0) >= 3, 60, "the first chunks")
@@ -462,6 +482,8 @@ def run_remote_bench(
         faults: dict[str, Any] = {}
         try:
             bench.start_remote()
+            # the baseline: the same robot with the policy in its own daemon (inference on the other CPU)
+            runs.append(steady_run(bench, 0.0, 0.0, True, seconds, local=True))
             for i, (rtt, jitter) in enumerate(rtts):
                 length = seconds if i == 0 else short_seconds
                 for rtc in (True, False):
