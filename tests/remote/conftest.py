@@ -13,25 +13,17 @@ import zmq.auth
 from runtime.server.config import CurveConfig, ServerConfig
 from runtime.server.server import PolicyServer
 from tests.control.conftest import calibration, camera, short_dir, sim_arm
+from tools.bench.remote import make_keys
 
 __all__ = ["calibration", "camera", "keys", "remote", "short_dir", "sim_arm"]
 
 
 @pytest.fixture
 def keys(tmp_path: Path) -> dict[str, Path]:
-    allowed = tmp_path / "authorized"
-    allowed.mkdir()
-    server_pub, server_sec = zmq.auth.create_certificates(tmp_path, "server")
-    robot_pub, robot_sec = zmq.auth.create_certificates(tmp_path, "robot")
-    _, stranger_sec = zmq.auth.create_certificates(tmp_path, "stranger")
-    Path(robot_pub).rename(allowed / "robot.key")
-    return {
-        "server_public": Path(server_pub),
-        "server_secret": Path(server_sec),
-        "robot_secret": Path(robot_sec),
-        "stranger_secret": Path(stranger_sec),
-        "allowed": allowed,
-    }
+    """The remote's key pair, a robot's (allowed) and a stranger's, as bench remote makes them."""
+    made = make_keys(tmp_path)
+    _, stranger_secret = zmq.auth.create_certificates(tmp_path, "stranger")
+    return {**made, "stranger_secret": Path(stranger_secret)}
 
 
 class Remote:
