@@ -216,3 +216,30 @@ def test_a_policy_with_observation_history_is_not_driven_remotely() -> None:
     interface_of(info, "tcp://h:1")
     with pytest.raises(ConfigError, match=r"^policy.endpoint: the policy at tcp://h:1 \(p\) looks at 2 observation"):
         interface_of(replace(info, history_frames=2), "tcp://h:1")
+
+
+def test_robots_sharing_one_remote_are_answered_each_its_own_chunk_none_replacing_anothers(
+    keys: dict[str, Path], remote: Callable[[Any], Remote]
+) -> None:
+    server = remote(FreezingEngine(0.5))  # robot a's observation keeps the worker 0.5 s
+    robots = [RemoteInference(_config(server.endpoint, keys, request_timeout_s=3.0)) for _ in range(3)]
+    for robot in robots:
+        robot.connect()
+    try:
+        inputs = [_inputs(robot, seed) for seed, robot in enumerate(robots)]
+        state = [s.name for s in robots[0].interface.observation_inputs].index(STATE)  # type: ignore[union-attr]
+        frozen = [a.copy() for a in inputs[0][0]]
+        frozen[state][0] = 99.0
+        done = [Done() for _ in robots]
+        assert robots[0].submit(frozen, done[0])
+        time.sleep(0.1)
+        # robots b and c queue behind a's: the newer (c's) takes nobody's place (latest wins per robot only)
+        assert robots[1].submit(inputs[1][0], done[1]) and robots[2].submit(inputs[2][0], done[2])
+        answers = [d.wait() for d in done]
+        assert all(error is None and actions is not None for actions, error in answers)
+        for (actions, _), (_, obs) in list(zip(answers, inputs, strict=True))[1:]:
+            np.testing.assert_allclose(actions, reference_actions(DEMO, obs), atol=1e-6)
+        assert server.server is not None and server.server.snapshot().errors.get("superseded", 0) == 0
+    finally:
+        for robot in robots:
+            robot.close()
