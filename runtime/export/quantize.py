@@ -273,7 +273,9 @@ def quantize_bundle(
 
     with staged_directory(Path(out)) as stage:
         with step(2, total, "lowering the INT8 program for CPU"):
-            program = lower_program(q_exported, "CPU")
+            # with OpenVINO's snippets where they import: the INT8 program's attention and element-wise
+            # layers fused (compile_precision.py)
+            program = lower_program(q_exported, "CPU", snippets=True)
             file = "program_cpu.pte"
             (stage / file).write_bytes(program)
             entry = _program_entry(program, "CPU", file, "int8")
