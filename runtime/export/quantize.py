@@ -35,6 +35,7 @@ from runtime.engine.validate import validate_inputs
 from runtime.errors import ExportError, InputValidationError, ParityError, RecordingError
 from runtime.export.shared_weights import reshare_weights, unshare_weights
 from runtime.export.weight_folding import fold_weight_quantization
+from runtime.export.weight_views import weights_of_their_own
 from runtime.recording.layout import INFO_PATH
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,7 @@ def quantize_bundle(
 
         def run(exported: Any, data: list[tuple[Any, ...]], **options: Any) -> Any:
             module = exported.module()
+            weights_of_their_own(module)  # else attention's packed projections stay float (weight_views.py)
             unshare_weights(module)  # else a second camera's backbone stays float (shared_weights.py)
             ignored = boolean_consumers(module)
             if ignored:
