@@ -28,14 +28,14 @@ layers run as separate nodes; the graph optimiser still fuses what it can into t
 
 INT8 programs are the exception (``snippets=True``): they are run at the importing CPU's default
 precision, and snippets are also where the CPU plugin fuses attention (MatMul -> Softmax -> MatMul)
-into one node. Measured on a two-camera 480x640 LeRobot ACT's INT8 program, one thread of a Xeon with
-AMX, imported at the plugin's default (bf16), the two lowerings timed in turns: 88.7 ms without
-snippets, 59.9 ms with them. Without them its six attention-times-value MatMuls ran at f32 (12.5 ms),
-the softmaxes (7.0 ms) and 37 element-wise layers (9.3 ms) as separate nodes, with 74 reorders between
-them (16.6 ms). Whether snippets tokenized at f32 import at bf16 depends on the graph (a tiny
-SmolVLA's INT8 program does not, with the error above), so an INT8 compile is imported back at once
-at the plugin's default, as the engines import an INT8 program, and compiled again without snippets
-when that fails.
+into one node. Measured on a two-camera 480x640 LeRobot ACT's INT8 program, one thread of a Xeon
+with AMX, imported at the plugin's default (bf16), the two lowerings timed in turns: 88.7 ms without
+snippets, 59.9 ms with them. Without them its six attention-times-value MatMuls ran at f32 (12.5
+ms), the softmaxes (7.0 ms) and 37 element-wise layers (9.3 ms) as separate nodes, with 74 reorders
+between them (16.6 ms; bf16 and f32). Whether snippets tokenized at f32 import at bf16 depends on
+the graph (a tiny SmolVLA's INT8 program does not, with the error above), so an INT8 compile is
+imported back at once at the plugin's default, as the engines import an INT8 program, and compiled
+again without snippets when that fails.
 """
 
 from __future__ import annotations
