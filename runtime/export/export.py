@@ -76,9 +76,17 @@ def check_device_present(device: str) -> None:
 
 
 def lower_program(
-    exported: Any, device: str, *, input_names: tuple[str, ...] = (), output_names: tuple[str, ...] = ()
+    exported: Any,
+    device: str,
+    *,
+    input_names: tuple[str, ...] = (),
+    output_names: tuple[str, ...] = (),
+    snippets: bool = False,
 ) -> bytes:
     """torch ExportedProgram -> ``.pte`` bytes with the graph delegated to OpenVINO on ``device``.
+
+    A CPU program is compiled at f32 without OpenVINO's snippets, or with them when ``snippets``
+    (INT8 programs; :mod:`runtime.export.compile_precision`).
 
     Refuses (:class:`ExportError`) a program OpenVINO is known to run with wrong results and no error,
     and warns about one it may (:mod:`runtime.export.lowering_checks`); the messages use the
@@ -98,7 +106,7 @@ def lower_program(
     try:
         # OpenVINO's frontend cannot make a 0-d bf16 constant itself; a CPU blob compiled at bf16 on an
         # AMX CPU keeps fused bf16 MLPs that crash one-thread imports
-        with scalar_bf16_constants(), cpu_lowering_precision():
+        with scalar_bf16_constants(), cpu_lowering_precision(snippets=snippets):
             edge = to_edge_transform_and_lower(
                 exported, partitioner=[OpenvinoPartitioner([CompileSpec("device", device.encode())])]
             )

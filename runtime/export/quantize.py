@@ -35,6 +35,7 @@ from runtime.engine.validate import validate_inputs
 from runtime.errors import ExportError, InputValidationError, ParityError, RecordingError
 from runtime.export.shared_weights import reshare_weights, unshare_weights
 from runtime.export.weight_folding import fold_weight_quantization
+from runtime.export.weight_views import weights_of_their_own
 from runtime.recording.layout import INFO_PATH
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,7 @@ def quantize_bundle(
 
         def run(exported: Any, data: list[tuple[Any, ...]], **options: Any) -> Any:
             module = exported.module()
+            weights_of_their_own(module)  # else attention's packed projections stay float (weight_views.py)
             unshare_weights(module)  # else a second camera's backbone stays float (shared_weights.py)
             # NNCF would collect statistics on boolean inputs (SmolVLA's attention masks into
             # torch.where) and fails on them ("mean(): ... Got: Bool"): a mask is not quantised; nor
@@ -304,7 +306,9 @@ def quantize_bundle(
 
     with staged_directory(Path(out)) as stage:
         with step(2, total, "lowering the INT8 program for CPU"):
-            program = lower_program(q_exported, "CPU")
+            # with OpenVINO's snippets where they import: the INT8 program's attention and element-wise
+            # layers fused (compile_precision.py)
+            program = lower_program(q_exported, "CPU", snippets=True)
             file = "program_cpu.pte"
             (stage / file).write_bytes(program)
             entry = _program_entry(program, "CPU", file, "int8")

@@ -1,4 +1,5 @@
-"""What OpenVINO is told while a CPU program is lowered: f32, no snippets, whatever this CPU's default.
+"""What OpenVINO is told while a CPU program is lowered: f32, no snippets (INT8 programs keep them),
+whatever this CPU's default.
 
 On a CPU with AMX the plugin's default (bf16) fuses MLPs into a bf16 node that stays in the blob and
 kills a one-thread import with SIGFPE; a blob with snippets tokenized at one precision may not import
@@ -16,21 +17,40 @@ import pytest
 from runtime.export.compile_precision import cpu_lowering_precision
 
 
+class Compiled:
+    """What the stand-in compiles: a blob of the properties it was compiled with."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def export_model(self) -> bytes:
+        return repr(self.config).encode()
+
+
 class RecordingCore:
-    """Stands in for openvino.Core in OpenVINO's PyTorch compile module: records what it is told."""
+    """Stands in for openvino.Core in OpenVINO's PyTorch compile module: records what it is told, and
+    which blobs were imported back (each import refused while ``refuse_imports`` says so)."""
 
     calls: ClassVar[list[tuple[Any, str | None, Any]]] = []
+    imports: ClassVar[list[tuple[bytes, str]]] = []
+    refuse_imports: ClassVar[list[str]] = []
 
     def compile_model(self, model: Any, device_name: str | None = None, config: Any = None) -> Any:
         RecordingCore.calls.append((model, device_name, config))
-        return "compiled"
+        return Compiled(config)
+
+    def import_model(self, blob: bytes, device_name: str) -> Any:
+        RecordingCore.imports.append((blob, device_name))
+        if RecordingCore.refuse_imports:
+            raise RuntimeError(RecordingCore.refuse_imports.pop(0))
+        return "imported"
 
 
 @pytest.fixture
 def recording_core(monkeypatch: pytest.MonkeyPatch) -> type[RecordingCore]:
     from openvino.frontend.pytorch.torchdynamo import compile as ov_compile
 
-    RecordingCore.calls = []
+    RecordingCore.calls, RecordingCore.imports, RecordingCore.refuse_imports = [], [], []
     monkeypatch.setattr(ov_compile, "Core", RecordingCore)
     return RecordingCore
 
@@ -39,12 +59,47 @@ def test_a_cpu_compile_is_told_f32_without_snippets(recording_core: type[Recordi
     from openvino.frontend.pytorch.torchdynamo import compile as ov_compile
 
     with cpu_lowering_precision():
-        assert ov_compile.Core().compile_model("model", "CPU") == "compiled"
+        assert isinstance(ov_compile.Core().compile_model("model", "CPU"), Compiled)
         ov_compile.Core().compile_model("model", "CPU", {"CACHE_DIR": "/c"})
     assert recording_core.calls == [
         ("model", "CPU", {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"}),
         ("model", "CPU", {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE", "CACHE_DIR": "/c"}),
     ]
+
+
+def test_an_int8_programs_compile_keeps_snippets(recording_core: type[RecordingCore]) -> None:
+    from openvino.frontend.pytorch.torchdynamo import compile as ov_compile
+
+    from runtime.export.compile_precision import lowering_config
+
+    with cpu_lowering_precision(snippets=True):
+        compiled = ov_compile.Core().compile_model("model", "CPU")
+        ov_compile.Core().compile_model("model", "GPU")
+    assert recording_core.calls == [("model", "CPU", {"INFERENCE_PRECISION_HINT": "f32"}), ("model", "GPU", {})]
+    assert compiled.config == {"INFERENCE_PRECISION_HINT": "f32"}
+    # imported back once, at the plugin's defaults, as the engines import an INT8 program
+    assert recording_core.imports == [(compiled.export_model(), "CPU")]
+    assert lowering_config("CPU", {"SNIPPETS_MODE": "DISABLE"}, snippets=True) == {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "SNIPPETS_MODE": "DISABLE",  # the caller's own word stands
+    }
+
+
+def test_with_snippets_that_do_not_import_it_is_compiled_again_without_them(
+    recording_core: type[RecordingCore], caplog: pytest.LogCaptureFixture
+) -> None:
+    from openvino.frontend.pytorch.torchdynamo import compile as ov_compile
+
+    recording_core.refuse_imports = ["Exception from snippets:\nSupported precisions set is not available"]
+    with caplog.at_level("WARNING", logger="runtime.export.compile_precision"), cpu_lowering_precision(snippets=True):
+        compiled = ov_compile.Core().compile_model("model", "CPU")
+    assert [c[2] for c in recording_core.calls] == [
+        {"INFERENCE_PRECISION_HINT": "f32"},
+        {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"},
+    ]
+    assert compiled.config == {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"}
+    assert len(recording_core.imports) == 1  # the program without snippets is not imported here
+    assert "(Exception from snippets: Supported precisions set is not available); compiling it without" in caplog.text
 
 
 def test_a_property_the_caller_sets_is_kept(recording_core: type[RecordingCore]) -> None:

@@ -239,8 +239,10 @@ class Lowering:
         self.dtypes: list[set[str]] = []  # of each program's graph: the precision it was lowered at
         self.program = programs.build()
 
-    def __call__(self, exported: Any, device: str, *, input_names: tuple[str, ...] = (), output_names=()) -> bytes:
-        self.calls.append({"device": device, "inputs": input_names, "outputs": output_names})
+    def __call__(
+        self, exported: Any, device: str, *, input_names: tuple[str, ...] = (), output_names=(), snippets: bool = False
+    ) -> bytes:
+        self.calls.append({"device": device, "inputs": input_names, "outputs": output_names, "snippets": snippets})
         graph = getattr(exported, "graph", None)
         nodes = graph.nodes if graph is not None else ()
         self.dtypes.append({str(v.dtype) for n in nodes if isinstance(v := n.meta.get("val"), torch.Tensor)})
@@ -329,7 +331,9 @@ def test_a_bundle_is_written_with_its_manifest_test_case_and_program(tmp_path: P
     entry = m.programs["CPU"]
     assert (entry.file, entry.precision, entry.delegation) == ("program_cpu.pte", "f32", "full")
     assert (bundle.path / "program_cpu.pte").read_bytes() == lowering.program
-    assert lowering.calls == [{"device": "CPU", "inputs": ("observation.state", "cam"), "outputs": ("action",)}]
+    assert lowering.calls == [
+        {"device": "CPU", "inputs": ("observation.state", "cam"), "outputs": ("action",), "snippets": False}
+    ]
     assert set(m.tools) == {"lerobot_runtime", "torch", "executorch", "openvino", "nncf", "python"}
     assert m.source == {}
 

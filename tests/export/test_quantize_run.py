@@ -124,7 +124,7 @@ def test_an_int8_bundle_is_written_from_the_float_one_with_its_gate_and_where_it
     assert [float(o["observation.state"][0]) for o in held[:2]] == [6, 7]
     assert held[2] is not None and np.array_equal(held[2]["observation.state"], case.inputs["observation.state"])
     assert (scale, scale_source, bound) == (case.scale["action"], case.scale_source, 0.5)
-    assert lowering.calls[-1]["device"] == "CPU"
+    assert (lowering.calls[-1]["device"], lowering.calls[-1]["snippets"]) == ("CPU", True)  # INT8 keeps snippets
     assert "torch.float32" in lowering.dtypes[-1]  # the quantised module's graph, not nothing
 
     m = bundle.manifest
