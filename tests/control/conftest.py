@@ -145,6 +145,9 @@ class ScriptedInference:
     def pending(self) -> str | None:
         return None
 
+    def unreachable(self) -> str | None:
+        return None
+
 
 def build_loop(
     arm: SimArm,
