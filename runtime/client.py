@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ __all__ = [
 
 _AUTH_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 _LINK_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED
+GIVE_UP_POLL_MS = 20  # how often a waiting call asks ``give_up``
 
 
 class RequestTimeoutError(LerobotRuntimeError, TimeoutError):
@@ -88,11 +89,15 @@ class PolicyClient:
         curve: ClientCurveKeys | None = None,
         context: Any = None,
         watch_link: bool = False,
+        give_up: Callable[[], str | None] | None = None,
     ) -> None:
         """``watch_link``: a call fails at once with :class:`ConnectionLostError` when the connection
-        closes while it waits (the server's process died, its host went away), instead of at its timeout."""
+        closes while it waits (the server's process died, its host went away), instead of at its timeout.
+        ``give_up``: asked every few ms while a call waits; a reason it returns ends the call the same
+        way (another thread found the link lost: its reply is not waited for)."""
         self.endpoint = endpoint
         self.watch_link = watch_link
+        self.give_up = give_up
         self.timeout_s = timeout_s
         self.curve = curve
         self._own_context = context is None
@@ -175,7 +180,18 @@ class PolicyClient:
         self._socket.send_multipart(frames, copy=False)
         while True:
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1e3))
-            events = dict(self._poller.poll(remaining_ms))
+            if self.give_up is not None:
+                if (reason := self.give_up()) is not None:
+                    self.reset()
+                    raise ConnectionLostError(f"gave up on {kind} request {rid} to {self.endpoint}: {reason}")
+                if remaining_ms > GIVE_UP_POLL_MS:
+                    events = dict(self._poller.poll(GIVE_UP_POLL_MS))
+                    if not events:
+                        continue
+                else:
+                    events = dict(self._poller.poll(remaining_ms))
+            else:
+                events = dict(self._poller.poll(remaining_ms))
             if not events:
                 self.reset()
                 raise RequestTimeoutError(

@@ -180,9 +180,9 @@ class RemoteInference:
         for thread in self._threads:
             thread.join(self.config.request_timeout_s + 1.0)
 
-    def _client(self, timeout_s: float | None = None) -> PolicyClient:
+    def _client(self, timeout_s: float | None = None, give_up: Callable[[], str | None] | None = None) -> PolicyClient:
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
-        return PolicyClient(self.endpoint, timeout_s=timeout, curve=self._curve, watch_link=True)
+        return PolicyClient(self.endpoint, timeout_s=timeout, curve=self._curve, watch_link=True, give_up=give_up)
 
     # --- what the feed asks --------------------------------------------------------------------
 
@@ -257,7 +257,9 @@ class RemoteInference:
         self._lost = why
 
     def _requests(self) -> None:
-        client = self._client(self.config.request_timeout_s)
+        # a request in flight when the pings find the link lost is given up then, not at its timeout:
+        # the next one can go as soon as the link is back
+        client = self._client(self.config.request_timeout_s, give_up=lambda: self._lost)
         try:
             while not self._stop.is_set():
                 self._wake.wait(self.config.ping_s)

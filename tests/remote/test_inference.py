@@ -177,6 +177,33 @@ def test_a_silent_link_is_lost_after_the_silence_bound_and_back_on_the_next_answ
         link.close()
 
 
+def test_a_request_in_flight_is_given_up_when_the_link_is_found_lost(
+    keys: dict[str, Path], remote: Callable[[Any], Remote]
+) -> None:
+    server = remote(FreezingEngine(3.0))
+    link = LossyLink(int(server.endpoint.rsplit(":", 1)[1]))
+    client = RemoteInference(_config(link.endpoint, keys, timeout_s=0.2, ping_s=0.05, request_timeout_s=5.0))
+    client.connect()
+    try:
+        arrays, _ = _inputs(client)
+        state = [s.name for s in client.interface.observation_inputs].index(STATE)  # type: ignore[union-attr]
+        arrays[state] = arrays[state].copy()
+        arrays[state][0] = 99.0  # the remote's model takes 3 s over it
+        done = Done()
+        assert client.submit(arrays, done)
+        time.sleep(0.2)
+        link.silence(True)
+        silenced = time.monotonic()
+        actions, error = done.wait(5.0)
+        waited = time.monotonic() - silenced
+        assert actions is None and error is not None and "gave up on infer request" in error
+        assert waited < 1.0  # the silence bound and a ping, not the 5 s request timeout
+        assert client.counters["lost_requests"] == 1
+    finally:
+        client.close()
+        link.close()
+
+
 def test_a_robot_key_the_remote_does_not_allow_is_refused_at_connect(
     keys: dict[str, Path], remote: Callable[[Any], Remote]
 ) -> None:
