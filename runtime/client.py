@@ -212,6 +212,18 @@ class PolicyClient:
                 raise error_from_info(reply.error, rid)
             return reply, rtt_ms
 
+    def watch(self, timeout_s: float) -> bool | None:
+        """Between calls (``watch_link``): wait up to ``timeout_s`` for the connection to close or open;
+        False as soon as it closed, True when it opened, None when nothing changed."""
+        if self._monitor is None:
+            raise RuntimeError("watch needs a client made with watch_link=True")
+        before = self.link_up
+        if self._monitor.poll(max(0, int(timeout_s * 1e3))):
+            self._drain_monitor(0)
+            if self.link_up is not before:
+                return self.link_up
+        return None
+
     def _drain_monitor(self, rid: int) -> None:
         while self._monitor.poll(0):
             self._check_monitor(rid, during=False)

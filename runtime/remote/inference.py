@@ -274,9 +274,19 @@ class RemoteInference:
     def _heartbeat(self) -> None:
         client = self._client()
         try:
-            while not self._stop.wait(self.config.ping_s):
+            while not self._stop.is_set():
                 self._beat()
-                self._ping(client)
+                # between pings, a closed connection is seen the moment its socket says so
+                try:
+                    closed = client.watch(self.config.ping_s) is False
+                except UnauthorizedError as e:  # the remote no longer takes this robot's key
+                    self._link_lost(str(e), self._clock())
+                    continue
+                if closed:
+                    self._link_lost(f"the connection to {self.endpoint} closed", self._clock())
+                    continue
+                if not self._stop.is_set():
+                    self._ping(client)
         finally:
             client.close()
 

@@ -127,6 +127,24 @@ def test_a_stopped_remote_is_lost_at_once_and_back_on_its_first_answer(
     assert client.counters["link_lost"] == 1
 
 
+def test_a_closed_connection_is_seen_between_pings_not_at_the_next_one(
+    keys: dict[str, Path], remote: Callable[[Any], Remote]
+) -> None:
+    server = remote(SyntheticEngine(DEMO))
+    client = RemoteInference(_config(server.endpoint, keys, timeout_s=0.5, ping_s=0.5))
+    client.connect()
+    try:
+        wait_for(lambda: client.counters["pings"] >= 1, what="a ping")
+        time.sleep(0.05)  # between two pings, half a second apart
+        link_cut = time.monotonic()
+        server.stop()
+        wait_for(lambda: client.unreachable() is not None, timeout=2.0, what="the link lost")
+        assert time.monotonic() - link_cut < 0.3  # at the socket's event, not at the next ping
+        assert "closed" in (client.unreachable() or "")
+    finally:
+        client.close()
+
+
 def test_a_slow_chunk_times_out_after_request_timeout_s_while_the_pings_keep_the_link_up(
     keys: dict[str, Path], remote: Callable[[Any], Remote]
 ) -> None:
