@@ -224,6 +224,35 @@ def control_metrics(status: Mapping[str, Any]) -> Iterator[Any]:
         )
     skipped = "Control ticks skipped (woke a whole period late)"
     yield CounterMetricFamily(f"{PREFIX}_control_overruns", skipped, value=status["counters"]["overruns"])
+    policy = status.get("policy")
+    if isinstance(policy, Mapping) and policy.get("where") == "remote":
+        yield from remote_policy_metrics(policy)
+
+
+def remote_policy_metrics(policy: Mapping[str, Any]) -> Iterator[Any]:
+    """The loop's policy on another machine (``[policy] endpoint``): where, the link, its round trips."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    endpoint = str(policy.get("endpoint", ""))
+    up = GaugeMetricFamily(
+        f"{PREFIX}_remote_policy_link_up", "1 while the remote policy's link answers", labels=["endpoint"]
+    )
+    up.add_metric([endpoint], 1.0 if policy.get("link") == "up" else 0.0)
+    yield up
+    for key, name, what in (
+        ("round_trip", "remote_policy_round_trip_milliseconds", "Round trip of the link's pings"),
+        ("chunk_round_trip", "remote_policy_chunk_round_trip_milliseconds", "Request to chunk, inference included"),
+    ):
+        trips = policy.get(key) or {}
+        family = GaugeMetricFamily(f"{PREFIX}_{name}", f"{what}, over the recent ones", labels=["quantile"])
+        for q, k in (("0.5", "p50_ms"), ("0.99", "p99_ms")):
+            if trips.get(k) is not None:
+                family.add_metric([q], trips[k])
+        yield family
+    counters = policy.get("counters") or {}
+    lost = CounterMetricFamily(f"{PREFIX}_remote_policy_link_losses", "Times the remote policy's link was lost")
+    lost.add_metric([], counters.get("link_lost", 0))
+    yield lost
 
 class MetricsServer:
     """The HTTP endpoint; ``close()`` stops it."""

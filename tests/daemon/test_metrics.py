@@ -291,6 +291,29 @@ def test_a_canary_not_yet_measured_and_a_failing_arm() -> None:
     assert not any("canary_error" in line or "canary_check_milliseconds" in line for line in lines)
 
 
+def test_a_remote_policy_shows_its_link_and_round_trips() -> None:
+    status = {
+        **control(True),
+        "policy": {
+            "where": "remote",
+            "endpoint": "tcp://10.0.0.2:5555",
+            "link": "up",
+            "round_trip": {"count": 40, "p50_ms": 41.5, "p99_ms": 53.1},
+            "chunk_round_trip": {"count": 0},
+            "counters": {"link_lost": 2},
+        },
+    }
+    remote = [s for s in exposition(control_metrics(status)) if s.startswith("lerobot_runtime_remote_policy")]
+    assert remote == [
+        'lerobot_runtime_remote_policy_link_up{endpoint="tcp://10.0.0.2:5555"} 1.0',
+        'lerobot_runtime_remote_policy_round_trip_milliseconds{quantile="0.5"} 41.5',
+        'lerobot_runtime_remote_policy_round_trip_milliseconds{quantile="0.99"} 53.1',
+        "lerobot_runtime_remote_policy_link_losses_total 2.0",
+    ]
+    local = {**control(True), "policy": {"where": "local", "policy": "act", "engine": {}}}
+    assert not [s for s in exposition(control_metrics(local)) if "remote_policy" in s]
+
+
 def test_loop_figures_not_yet_measured_are_left_out() -> None:
     status = {
         "jitter_ms": {"p50": None, "p99": None, "max": None},

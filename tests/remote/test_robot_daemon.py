@@ -21,6 +21,7 @@ from runtime.client import PolicyClient
 from runtime.config import DaemonConfig, DaemonSettings
 from runtime.control.config import ControlConfig, SafetyConfig, StreamConfig
 from runtime.errors import ConfigError
+from runtime.metrics import control_metrics
 from runtime.protocol.errors import NoPolicyError
 from runtime.remote.config import RemotePolicyConfig
 from runtime.server.config import ServerConfig
@@ -29,6 +30,20 @@ from tests.control.conftest import CALIBRATION, IMAGE, Camera, received_goals, r
 from .conftest import Remote
 
 STALL_S = 1.0
+
+
+def _samples(families: Any) -> dict[str, float]:
+    """Each sample of the metric families as Prometheus prints it, and its value."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class Families:
+        def collect(self) -> Any:
+            return list(families)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
+    lines = [line for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")]
+    return {name: float(value) for name, _, value in (line.rpartition(" ") for line in lines)}
 
 
 def _config(remote: Remote, keys: dict[str, Path], short_dir: Path, camera: Camera) -> DaemonConfig:
@@ -76,6 +91,9 @@ def test_the_robot_moves_holds_when_the_remote_goes_and_starts_again_only_when_a
             policy = status["policy"]
             assert policy["where"] == "remote" and policy["endpoint"] == server.endpoint and policy["link"] == "up"
             assert policy["round_trip"]["count"] >= 3 and policy["counters"]["chunks"] >= 3
+            scraped = _samples(control_metrics(status))
+            assert scraped[f'lerobot_runtime_remote_policy_link_up{{endpoint="{server.endpoint}"}}'] == 1.0
+            assert scraped['lerobot_runtime_remote_policy_round_trip_milliseconds{quantile="0.99"}'] > 0
             report = format_control_status(status).splitlines()
             line = next(line for line in report if line.startswith("policy "))
             assert line.startswith(f"policy     {hello.policy_name} at {server.endpoint} (remote, link up, round trip ")
