@@ -151,10 +151,17 @@ calibration = "cal/arm.json"
 leader_calibration = "cal/leader.toml"
 [recording]
 dataset_dir = "data/set"
+[policy]
+endpoint = "tcp://10.0.0.2:5555"
+server_public_key = "keys/server.key"
+client_secret_key = "keys/robot.key_secret"
 """
     )
     config = load_config(path)
     assert config.engine.bundle == str(folder / "bundles" / "pick")
+    assert config.policy.endpoint == "tcp://10.0.0.2:5555"
+    assert config.policy.server_public_key == str(folder / "keys" / "server.key")
+    assert config.policy.client_secret_key == str(folder / "keys" / "robot.key_secret")
     assert config.server.curve.server_secret_key == str(folder / "keys" / "server.key_secret")
     assert config.server.curve.authorized_keys_dir == str(folder / "keys" / "clients")
     assert config.arm.calibration == str(folder / "cal" / "arm.json")
