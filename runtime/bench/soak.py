@@ -54,6 +54,13 @@ class Camera:
     height: int
     width: int
 
+    def command(self, fps: float | None = None) -> list[str]:
+        """``lerobot-runtime camera --synthetic`` publishing this camera (at ``fps``; None: its default)."""
+        rate = ["--fps", f"{fps:g}"] if fps is not None else []
+        size = ["--height", str(self.height), "--width", str(self.width), *rate]
+        return [sys.executable, "-m", "runtime", "--log-level", "WARNING", "camera", "--synthetic",
+                "--input", self.input, *size, "--endpoint", self.endpoint]  # fmt: skip
+
 
 def _cameras(workdir: Path, bundle: str) -> list[Camera]:
     """A camera per image input of ``bundle`` (the demo bundle's one front camera when empty)."""
@@ -198,25 +205,7 @@ def run_soak_bench(
                     [*runtime_cmd, "INFO", "serve", "--config", str(config)], stdout=out, stderr=out, env=env
                 )
             for c in cameras:
-                camera_procs.append(
-                    subprocess.Popen(
-                        [
-                            *runtime_cmd,
-                            "WARNING",
-                            "camera",
-                            "--synthetic",
-                            "--input",
-                            c.input,
-                            "--height",
-                            str(c.height),
-                            "--width",
-                            str(c.width),
-                            "--endpoint",
-                            c.endpoint,
-                        ],
-                        stdout=subprocess.DEVNULL,
-                    )
-                )
+                camera_procs.append(subprocess.Popen(c.command(), stdout=subprocess.DEVNULL))
             _wait_ready(ipc, daemon, daemon_log)
             _start_motion(ipc)
             # refusals of control start while the first camera frames were on their way are the

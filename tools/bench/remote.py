@@ -262,29 +262,7 @@ class Bench:
 
     def _start_cameras(self) -> None:
         for c in self.cameras:
-            self.procs.start(
-                f"camera {c.input}",
-                [
-                    sys.executable,
-                    "-m",
-                    "runtime",
-                    "--log-level",
-                    "WARNING",
-                    "camera",
-                    "--synthetic",
-                    "--input",
-                    c.input,
-                    "--height",
-                    str(c.height),
-                    "--width",
-                    str(c.width),
-                    "--fps",
-                    "30",
-                    "--endpoint",
-                    c.endpoint,
-                ],
-                stdout=subprocess.DEVNULL,
-            )
+            self.procs.start(f"camera {c.input}", c.command(30.0), stdout=subprocess.DEVNULL)
 
     def start_remote(self) -> None:
         config = remote_config(

@@ -114,19 +114,7 @@ class Workload:
             serve = [*runtime_cmd, "INFO", "serve", "--config", str(config)]
             self.daemon = self.procs.start("daemon", serve, daemon=True, stdout=out, stderr=out)
         for c in self.cameras:
-            size = ["--height", str(c.height), "--width", str(c.width), "--fps", str(CAMERA_FPS)]
-            camera = [
-                *runtime_cmd,
-                "WARNING",
-                "camera",
-                "--synthetic",
-                "--input",
-                c.input,
-                *size,
-                "--endpoint",
-                c.endpoint,
-            ]
-            self.procs.start(f"camera {c.input}", camera, stdout=subprocess.DEVNULL)
+            self.procs.start(f"camera {c.input}", c.command(CAMERA_FPS), stdout=subprocess.DEVNULL)
         _wait_ready(self.ipc, self.daemon, self.daemon_log)
         self.procs.watch()
 
