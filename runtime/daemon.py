@@ -216,11 +216,29 @@ class Daemon:
         self.policy = remote.connect(should_stop=lambda: self.should_exit, on_wait=self.notifier.status)
         self.remote = remote
         assert remote.info is not None
+        if cfg.fallback:
+            return self._start_fallback(self.policy)
         info = replace(remote.info, engine={"where": "remote", "endpoint": cfg.endpoint, **remote.info.engine})
         server = PolicyServer(None, self.config.server, heartbeat=heartbeat, remote=info)
         if self.config.arm.kind != "none" and self.config.control.enabled:
             server.no_control_reason = "the daemon is starting: its control loop runs once the arm answers"
         server.start()
+        return server
+
+    def _start_fallback(self, remote: PolicyInterface) -> PolicyServer:
+        """``[policy] fallback``: the local bundle loaded here as for a local policy (this daemon's server
+        serves it), standing in for the remote when its link is lost."""
+        from runtime.remote.fallback import check_fallback
+
+        if not self.config.engine.bundle:
+            raise ConfigError(
+                "policy.fallback: expected [engine] bundle, the small local policy that takes over when the "
+                "remote is lost, got none"
+            )
+        server = self._start_local_policy()
+        assert self.policy is not None
+        check_fallback(remote, self.policy)
+        self.policy = remote  # the loop is the remote's; the local one answers the same chunks
         return server
 
     def _start_arm_process(self, server: PolicyServer) -> None:
@@ -245,7 +263,14 @@ class Daemon:
         control_cpu = self.config.engine.control_cpu
         cpu = control_cpu if control_cpu in allowed else None
         inference: Inference
-        if self.remote is not None:
+        if self.remote is not None and self.config.policy.fallback:
+            from runtime.remote.fallback import Fallback
+
+            local = ServerInference(server, self.config.control.task, self.config.control.rtc)
+            name = f"{server.engine.manifest.policy_name} ({server.engine.info.bundle})"
+            inference = Fallback(self.remote, local, name, self.config.policy.fallback_after_s)
+            inference_cpus_now = set(server.engine.info.cpus)
+        elif self.remote is not None:
             inference, inference_cpus_now = self.remote, set()
         else:
             inference = ServerInference(server, self.config.control.task, self.config.control.rtc)

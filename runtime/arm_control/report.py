@@ -163,7 +163,11 @@ def _driver(policy: Mapping[str, Any]) -> str:
         if trips.get("count")
         else "no round trip measured yet"
     )
-    return f"{name} at {policy.get('endpoint')} (remote, link {policy.get('link')}, {trip}); "
+    remote = f"{name} at {policy.get('endpoint')} (remote, link {policy.get('link')}, {trip}); "
+    fallback = policy.get("fallback") if isinstance(policy.get("fallback"), Mapping) else None
+    if fallback is not None and policy.get("driving") == "local fallback":
+        return f"the local fallback {fallback.get('name')} drives, not {remote}"
+    return remote
 
 
 def _chunks_line(r: _Reader) -> str:

@@ -18,7 +18,8 @@ class RemotePolicyConfig:
     loop holds). ``ping_s``: how often the link is checked (while chunks are computed too).
     ``request_timeout_s``: the longest a request waits for its chunk (the model's time included).
     ``connect_wait_s``: how long start-up waits for the remote's first answer (it tells the loop what
-    the policy takes)."""
+    the policy takes). ``fallback``: when the remote is lost, after holding ``fallback_after_s``, the
+    small local bundle of ``[engine]`` drives until the next ``control start``."""
 
     endpoint: str = ""
     server_public_key: str = ""
@@ -27,6 +28,8 @@ class RemotePolicyConfig:
     ping_s: float = 0.1
     request_timeout_s: float = 5.0
     connect_wait_s: float = 60.0
+    fallback: bool = False
+    fallback_after_s: float = 0.5
 
     @property
     def remote(self) -> bool:
@@ -35,7 +38,7 @@ class RemotePolicyConfig:
     def __post_init__(self) -> None:
         ep = self.endpoint
         if not ep:
-            given = [k for k in ("server_public_key", "client_secret_key") if getattr(self, k)]
+            given = [k for k in ("server_public_key", "client_secret_key", "fallback") if getattr(self, k)]
             if given:
                 raise ConfigError(f"policy.{given[0]}: set only with policy.endpoint (the remote server), got none")
             return
@@ -62,5 +65,7 @@ class RemotePolicyConfig:
                 f"policy.request_timeout_s: expected policy.timeout_s ({self.timeout_s} s) to 60 seconds, "
                 f"got {self.request_timeout_s}"
             )
+        if not 0 <= self.fallback_after_s <= 60:
+            raise ConfigError(f"policy.fallback_after_s: expected 0 to 60 seconds, got {self.fallback_after_s}")
         if self.connect_wait_s < 0:
             raise ConfigError(f"policy.connect_wait_s: expected seconds >= 0, got {self.connect_wait_s}")

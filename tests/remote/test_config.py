@@ -12,6 +12,8 @@ def test_no_endpoint_is_the_daemons_own_engine() -> None:
     assert not RemotePolicyConfig().remote
     with pytest.raises(ConfigError, match=r"^policy.server_public_key: set only with policy.endpoint"):
         RemotePolicyConfig(server_public_key="s.key")
+    with pytest.raises(ConfigError, match=r"^policy.fallback: set only with policy.endpoint"):
+        RemotePolicyConfig(fallback=True)
 
 
 def test_loopback_and_ipc_need_no_keys_another_host_does() -> None:
@@ -34,6 +36,7 @@ def test_loopback_and_ipc_need_no_keys_another_host_does() -> None:
         ({"timeout_s": 0.0}, "policy.timeout_s: expected 0.02 to 10 seconds, got 0.0"),
         ({"ping_s": 1.0}, "policy.ping_s: expected 0.01 s to policy.timeout_s (0.5 s), got 1.0"),
         ({"connect_wait_s": -1.0}, "policy.connect_wait_s: expected seconds >= 0, got -1.0"),
+        ({"fallback_after_s": -0.1}, "policy.fallback_after_s: expected 0 to 60 seconds, got -0.1"),
         (
             {"request_timeout_s": 0.1},
             "policy.request_timeout_s: expected policy.timeout_s (0.5 s) to 60 seconds, got 0.1",

@@ -133,6 +133,50 @@ def test_the_robot_moves_holds_when_the_remote_goes_and_starts_again_only_when_a
             )
 
 
+def test_the_local_fallback_drives_after_the_hold_and_the_remote_again_from_the_next_start(
+    demo_engine: Any,
+    demo_bundle: Path,
+    remote: Callable[[Any], Remote],
+    keys: dict[str, Path],
+    short_dir: Path,
+    camera: Camera,
+) -> None:
+    from dataclasses import replace
+
+    from runtime.engine.config import EngineConfig
+
+    server = remote(demo_engine)
+    base = _config(server, keys, short_dir, camera)
+    config = replace(
+        base,
+        policy=replace(base.policy, fallback=True, fallback_after_s=0.3),
+        engine=EngineConfig(bundle=str(demo_bundle), parity_runs=4),
+    )
+    with running_daemon(config) as daemon, PolicyClient(f"ipc://{short_dir}/robot.sock", timeout_s=5) as client:
+        assert daemon.remote is not None
+        assert client.control("start", who="test")["accepted"]
+        wait_for(lambda: client.control("status")["counters"].get("chunks", 0) >= 3, timeout=20, what="chunks")
+        assert client.control("status")["policy"]["driving"] == "remote"
+
+        server.stop()
+        wait_for(lambda: client.control("status")["policy"]["driving"] == "local fallback", timeout=3, what="fallback")
+        chunks = client.control("status")["counters"]["chunks"]
+        wait_for(lambda: client.control("status")["counters"]["chunks"] >= chunks + 3, timeout=10, what="local chunks")
+        status = client.control("status")
+        assert status["mode"] == "running" and status["policy"]["link"] == "lost"
+        assert status["counters"].get("stall_actions", 0) == 0  # held 0.3 s, not the stall timeout
+        line = next(x for x in format_control_status(status).splitlines() if x.startswith("policy "))
+        assert line.startswith("policy     the local fallback demo_act_residual (") and " drives, not " in line
+
+        server.start()
+        wait_for(lambda: client.control("status")["policy"]["link"] == "up", timeout=5, what="the link back")
+        time.sleep(0.3)
+        assert client.control("status")["policy"]["driving"] == "local fallback"  # until the next run
+        client.control("stop", who="test")
+        assert client.control("start", who="test")["accepted"]
+        wait_for(lambda: client.control("status")["policy"]["driving"] == "remote", timeout=5, what="the remote")
+
+
 def test_a_remote_that_never_answers_stops_start_up_with_its_endpoint(short_dir: Path, camera: Camera) -> None:
     from runtime.daemon import Daemon
     from runtime.sdnotify import SystemdNotifier
