@@ -249,6 +249,12 @@ def remote_policy_metrics(policy: Mapping[str, Any]) -> Iterator[Any]:
             if trips.get(k) is not None:
                 family.add_metric([q], trips[k])
         yield family
+    if policy.get("fallback") is not None:
+        yield GaugeMetricFamily(
+            f"{PREFIX}_remote_policy_fallback_driving",
+            "1 while the local fallback policy drives instead of the remote one",
+            value=1.0 if policy.get("driving") == "local fallback" else 0.0,
+        )
     counters = policy.get("counters") or {}
     lost = CounterMetricFamily(f"{PREFIX}_remote_policy_link_losses", "Times the remote policy's link was lost")
     lost.add_metric([], counters.get("link_lost", 0))

@@ -310,6 +310,9 @@ def test_a_remote_policy_shows_its_link_and_round_trips() -> None:
         'lerobot_runtime_remote_policy_round_trip_milliseconds{quantile="0.99"} 53.1',
         "lerobot_runtime_remote_policy_link_losses_total 2.0",
     ]
+    fallback = {**status, "policy": {**status["policy"], "fallback": {"name": "small"}, "driving": "local fallback"}}
+    driving = [s for s in exposition(control_metrics(fallback)) if "fallback" in s]
+    assert driving == ["lerobot_runtime_remote_policy_fallback_driving 1.0"]
     local = {**control(True), "policy": {"where": "local", "policy": "act", "engine": {}}}
     assert not [s for s in exposition(control_metrics(local)) if "remote_policy" in s]
 
