@@ -220,7 +220,7 @@ def test_a_program_entry_records_its_delegation(caplog: pytest.LogCaptureFixture
             )
         ]
     )
-    with caplog.at_level(logging.WARNING, logger="runtime.bundle"):
+    with caplog.at_level(logging.WARNING, logger="runtime.export"):
         assert _program_entry(partial, "CPU", "p.pte", "f32").delegation == "partial"
     assert [r.getMessage() for r in caplog.records] == [
         "p.pte: 1 op(s) stay on ExecuTorch's portable kernels (aten::add); the openvino engine cannot run "
@@ -505,7 +505,7 @@ def _steps(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_the_slow_steps_are_told_as_each_starts_and_ends(
     tmp_path: Path, lowering: Lowering, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="runtime.bundle"):
+    with caplog.at_level(logging.INFO, logger="runtime.export"):
         export_bundle(make_chunk_policy, tmp_path / "b")
     said = [
         "[1/5] building the model and its eager reference",
@@ -521,7 +521,7 @@ def test_the_slow_steps_are_told_as_each_starts_and_ends(
         if " done in " in r.getMessage()
     )
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="runtime.bundle"):
+    with caplog.at_level(logging.INFO, logger="runtime.export"):
         lower_bundle(tmp_path / "b", "GPU")
     said = ["[1/2] loading model.pt2", "[2/2] lowering to OpenVINO for GPU (f32)"]
     assert _steps(caplog) == [line for step in said for line in (f"{step} ...", f"{step} done")]

@@ -166,7 +166,7 @@ def test_an_int8_bundle_is_written_from_the_float_one_with_its_gate_and_where_it
 def test_each_slow_step_is_told_and_the_result_said(
     source: Path, tmp_path: Path, stand_ins: tuple[Quantizer, Gate], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="runtime.bundle"):
+    with caplog.at_level(logging.INFO, logger="runtime.export"):
         quantize.quantize_bundle(
             source, _observations(tmp_path / "recorded", 4), tmp_path / "int8", held_out_fraction=0.5
         )
